@@ -1,0 +1,63 @@
+// mla/batch.h — a batch of requests for one forward pass, and its plan against the KV pool.
+#pragma once
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "mla/kv_pool.h"
+
+namespace mla {
+
+enum class ForwardMode { EXTEND, DECODE, TARGET_VERIFY, DRAFT_EXTEND, IDLE };
+std::string_view mode_name(ForwardMode m);  // "extend", "decode", ...
+ForwardMode parse_mode(std::string_view s);  // throws Error listing the known names
+
+struct BatchRequest {
+  RequestId id = 0;
+  int64_t prefix_len = 0;  // tokens already in the cache
+  int64_t new_len = 0;     // tokens computed in this batch, at positions prefix_len + i
+};
+
+struct Batch {
+  ForwardMode mode = ForwardMode::EXTEND;
+  std::vector<BatchRequest> requests;
+
+  int64_t num_tokens() const;   // Σ new_len
+  int64_t sum_prefix() const;   // Σ prefix_len
+  int64_t sum_seq() const;      // Σ (prefix_len + new_len)
+  std::vector<int64_t> prefix_lens() const;
+  std::vector<int64_t> seq_lens() const;
+};
+
+// Checks a batch alone: lengths >= 0, unique ids, and per mode: DECODE has one new token per
+// request, TARGET_VERIFY the same number (>= 1) for all, IDLE no tokens. Throws Error naming the
+// request and field at fault.
+void validate_batch(const Batch& b);
+
+// Ragged attention segments: request r's queries [q_start, q_start + q_len) attend keys
+// [k_start, k_start + k_len). Causal masks align bottom-right: query i sees keys j <= k_len - q_len + i.
+struct AttnSegments {
+  std::vector<int64_t> q_start, q_len, k_start, k_len;
+  bool causal = true;
+  int64_t num_requests() const { return int64_t(q_len.size()); }
+  int64_t total_q() const;
+  int64_t total_k() const;
+};
+
+// Everything the methods need about a batch, computed once from the batch and the pool.
+struct BatchPlan {
+  Batch batch;
+  int64_t num_tokens = 0;              // T = Σ new_len
+  std::vector<int64_t> q_start;        // per request: first row of its new tokens in [T, ...]
+  std::vector<int32_t> positions;      // [T] prefix_len + i
+  std::vector<int32_t> new_slots;      // [T] cache slots of the new tokens
+  std::vector<int32_t> kv_slots;       // [Σ seq] slots of prefix + new tokens, request after request
+  std::vector<int64_t> kv_start;       // per request: offset into kv_slots
+  AttnSegments new_only() const;       // new tokens attend to new tokens (causal)
+  AttnSegments prefix_and_new() const; // new tokens attend to prefix + new (causal, bottom-right)
+};
+
+// Validates the batch and its fit in the pool (every request reserved for prefix + new tokens).
+BatchPlan plan_batch(const Batch& b, const KVPool& pool);
+
+}  // namespace mla

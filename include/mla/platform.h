@@ -1,0 +1,15 @@
+// mla/platform.h — the platforms mla.cpp targets.
+#pragma once
+#include <string_view>
+#include <vector>
+
+namespace mla {
+
+enum class Platform { CPU, CUDA, ROCM };
+
+std::string_view platform_name(Platform p);  // "cpu", "cuda", "rocm"
+Platform parse_platform(std::string_view s);  // throws Error listing the known names
+const std::vector<Platform>& all_platforms();
+bool platform_built(Platform p);  // compiled into this build?
+
+}  // namespace mla

@@ -1,0 +1,107 @@
+// Host tensors and platform names.
+#include "mla/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "mla/error.h"
+
+namespace mla {
+
+std::string_view platform_name(Platform p) {
+  switch (p) {
+    case Platform::CPU: return "cpu";
+    case Platform::CUDA: return "cuda";
+    case Platform::ROCM: return "rocm";
+  }
+  return "?";
+}
+
+Platform parse_platform(std::string_view s) {
+  for (Platform p : all_platforms())
+    if (s == platform_name(p)) return p;
+  fail("unknown platform '{}' (known: cpu, cuda, rocm)", s);
+}
+
+const std::vector<Platform>& all_platforms() {
+  static const std::vector<Platform> all{Platform::CPU, Platform::CUDA, Platform::ROCM};
+  return all;
+}
+
+bool platform_built(Platform p) {
+  switch (p) {
+    case Platform::CPU: return true;
+#ifdef MLA_WITH_CUDA
+    case Platform::CUDA: return true;
+#endif
+#ifdef MLA_WITH_ROCM
+    case Platform::ROCM: return true;
+#endif
+    default: return false;
+  }
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Tensor::Tensor(DType dtype, Shape shape, Platform where, std::shared_ptr<void> storage)
+    : dtype_(dtype), shape_(std::move(shape)), where_(where), storage_(std::move(storage)) {}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+Tensor Tensor::host(DType dtype, Shape shape) {
+  for (int64_t d : shape)
+    if (d < 0) fail("tensor shape {} has a negative dimension", shape_str(shape));
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  size_t bytes = std::max<size_t>(size_t(n) * dtype_size(dtype), 1);
+  void* p = std::calloc(bytes, 1);
+  if (!p) fail("out of host memory allocating {} bytes for a tensor {}", bytes, shape_str(shape));
+  return Tensor(dtype, std::move(shape), Platform::CPU, std::shared_ptr<void>(p, std::free));
+}
+
+Tensor Tensor::host_from(const std::vector<double>& values, DType dtype, Shape shape) {
+  Tensor t = host(dtype, std::move(shape));
+  if (int64_t(values.size()) != t.numel())
+    fail("host_from: {} values for shape {}", values.size(), shape_str(t.shape()));
+  for (size_t i = 0; i < values.size(); ++i) t.set(i, values[i]);
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  Tensor t(dtype_, std::move(shape), where_, storage_);
+  if (t.numel() != numel())
+    fail("cannot reshape {} to {}", shape_str(shape_), shape_str(t.shape_));
+  return t;
+}
+
+std::vector<double> Tensor::to_doubles() const {
+  if (where_ != Platform::CPU) fail("to_doubles needs a host tensor");
+  std::vector<double> v(static_cast<size_t>(numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = at(i);
+  return v;
+}
+
+Tensor Tensor::clone() const {
+  if (where_ != Platform::CPU) fail("clone needs a host tensor");
+  Tensor t = host(dtype_, shape_);
+  std::memcpy(t.data(), data(), nbytes());
+  return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return clone();
+  Tensor t = host(dtype, shape_);
+  const size_t n = size_t(numel());
+  for (size_t i = 0; i < n; ++i) t.set(i, at(i));
+  return t;
+}
+
+}  // namespace mla

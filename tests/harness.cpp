@@ -1,0 +1,46 @@
+// tests/harness.cpp — shared test helpers.
+#include "harness.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace mla::test {
+
+std::vector<double> randn(size_t n, uint64_t seed, double stddev) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, stddev);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double stddev) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return Tensor::host_from(randn(size_t(n), seed, stddev), dtype, std::move(shape));
+}
+
+double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  if (den == 0) return num == 0 ? 0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(num / den);
+}
+
+WorstElement worst_element(const std::vector<double>& a, const std::vector<double>& b) {
+  WorstElement w;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    double e = std::fabs(a[i] - b[i]);
+    if (std::isnan(e)) e = std::numeric_limits<double>::infinity();
+    if (e > w.abs_err || (i == 0)) w = {e, i, a[i], b[i]};
+  }
+  return w;
+}
+
+}  // namespace mla::test
