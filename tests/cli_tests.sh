@@ -1,4 +1,89 @@
 #!/usr/bin/env bash
-# End-to-end tests of the mla CLI.
+# End-to-end tests of the mla CLI: results on stdout, one-line errors on stderr, exit codes.
 set -u
-echo "0 passed, 0 failed"
+MLA=${MLA:-build/bin/mla}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+# expect NAME RC STDOUT_PATTERN -- ARGS...  (pattern: grep -E on stdout; for rc != 0 on stderr,
+# which must then be exactly one line)
+expect() {
+  local name=$1 want_rc=$2 pattern=$3
+  shift 4
+  "$MLA" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local where="$tmp/out"
+  [ "$want_rc" -ne 0 ] && where="$tmp/err"
+  local ok=1
+  [ "$rc" -eq "$want_rc" ] || ok=0
+  grep -qE -- "$pattern" "$where" || ok=0
+  if [ "$want_rc" -ne 0 ]; then
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] || ok=0
+    [ -s "$tmp/out" ] && ok=0
+  fi
+  if [ $ok -eq 1 ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $name: rc=$rc (want $want_rc), pattern '$pattern'"
+    echo "  stdout: $(head -c 400 "$tmp/out")"
+    echo "  stderr: $(head -c 400 "$tmp/err")"
+  fi
+}
+
+expect version 0 '^mla [0-9]+\.[0-9]+\.[0-9]+$' -- --version
+expect help 0 'dispatch' -- --help
+expect no_subcommand 2 'subcommand' --
+
+# The handler table through the CLI (JSON: exactly one object).
+expect fa3_prefill 0 '^\{"method":"MHA_ONE_SHOT","platform":"cpu","resolved":"MHA_ONE_SHOT","implemented":true,"serves":true,"reason":""\}$' -- \
+  dispatch --backend fa3 --mode extend --seq-lens 100,20 --json
+expect fa3_short_prefix 0 '"method":"MLA"' -- dispatch --backend fa3 --mode extend --seq-lens 100,20 --prefix-lens 50,0 --json
+expect fa3_long_prefix 0 '"method":"MHA_ONE_SHOT"' -- dispatch --backend fa3 --mode extend --seq-lens 9000 --prefix-lens 8192 --json
+expect fa3_over_capacity 0 '"method":"MHA_CHUNKED_KV"' -- dispatch --backend fa3 --mode extend --seq-lens 140000 --prefix-lens 9000 --json
+expect fa3_chunked_off 0 '"method":"MLA"' -- dispatch --backend fa3 --mode extend --seq-lens 9000 --prefix-lens 8192 --disable-chunked-prefix-cache --json
+expect fa3_deterministic 0 '"method":"MLA"' -- dispatch --backend fa3 --mode extend --seq-lens 10 --deterministic --json
+expect cutlass_prefill 0 '"method":"MHA_CHUNKED_KV"' -- dispatch --backend cutlass_mla --mode extend --seq-lens 10 --json
+expect fa3_decode 0 '"method":"MLA"' -- dispatch --backend fa3 --mode decode --seq-lens 10,20 --prefix-lens 9,19 --json
+expect fa4_decode 0 '"method":"MHA_CHUNKED_KV"' -- dispatch --backend fa4 --mode decode --seq-lens 10 --prefix-lens 9 --json
+expect triton_prefill 0 '"method":"MHA"' -- dispatch --backend triton --mode extend --seq-lens 10 --json
+expect triton_prefix 0 '"method":"MLA"' -- dispatch --backend triton --mode extend --seq-lens 10 --prefix-lens 3 --json
+expect trtllm 0 '"method":"MHA_CHUNKED_KV"' -- dispatch --backend trtllm_mla --mode extend --seq-lens 10 --prefix-lens 3 --json
+expect verify_is_not_extend 0 '"method":"MLA"' -- dispatch --backend fa3 --mode target_verify --seq-lens 10 --prefix-lens 7 --json
+expect rocm_default_aiter 0 '"method":"MHA","platform":"rocm".*"resolved":"MHA_ROCM"' -- \
+  dispatch --platform rocm --mode extend --seq-lens 10 --prefix-lens 3 --json
+expect rocm_fused_rope 0 '"method":"MLA_FUSED_ROPE_ROCM".*"resolved":"MLA_FUSED_ROPE_ROCM"' -- \
+  dispatch --platform rocm --mode decode --seq-lens 10 --prefix-lens 9 --fused-decode-rope --json
+expect rocm_not_built 0 '"implemented":false' -- dispatch --platform rocm --mode decode --seq-lens 10 --prefix-lens 9 --json
+expect cpu_mha_with_prefix 0 '"method":"MHA".*"implemented":true,"serves":false,"reason":"MHA attends only' -- \
+  dispatch --backend aiter --mode extend --seq-lens 10 --prefix-lens 3 --json
+expect text_output 0 '^resolved: +MHA_ONE_SHOT$' -- dispatch --mode extend --seq-lens 5
+
+# Bad values: exit 2, one line on stderr naming the problem, nothing on stdout.
+expect unknown_backend 2 "unknown attention backend 'flash'.*fa3" -- dispatch --backend flash --seq-lens 5
+expect unknown_mode 2 "unknown forward mode|mode 'prefill'" -- dispatch --mode prefill --seq-lens 5
+expect unknown_platform 2 "unknown platform 'tpu'" -- dispatch --platform tpu --seq-lens 5
+expect bad_list 2 "--seq-lens: 'x' is not a non-negative integer" -- dispatch --seq-lens 5,x
+expect empty_item 2 "--seq-lens: '' is not" -- dispatch --seq-lens 5,,6
+expect negative 2 "--prefix-lens: '-1'" -- dispatch --seq-lens 5 --prefix-lens -1
+expect prefix_too_long 2 "prefix 9 is longer than its sequence 5" -- dispatch --seq-lens 5 --prefix-lens 9
+expect lens_mismatch 2 "--prefix-lens has 2 values, --seq-lens has 1" -- dispatch --seq-lens 5 --prefix-lens 1,2
+expect zero_capacity 2 "chunk-capacity must be positive" -- dispatch --seq-lens 5 --chunk-capacity 0
+expect unknown_option 2 "--frobnicate" -- dispatch --frobnicate
+
+# One layer against the float64 reference.
+expect attn_mla 0 'PASS' -- attn --preset deepseek-v2-lite --requests 0:5,9:3 --method MLA
+expect attn_auto 0 '^method MHA_ONE_SHOT' -- attn --preset deepseek-v2-lite --requests 0:4 --dtype bf16
+expect attn_chunked 0 '"pass":true' -- attn --requests 40:3,0:2 --method MHA_CHUNKED_KV --chunk-capacity 8 --kv-dtype fp8_e4m3fn --json
+expect attn_mha_prefix 1 'MHA.*cannot serve.*prefix' -- attn --requests 5:2 --method MHA
+expect attn_rocm_twin 1 'MLA_ROCM is not implemented on platform cpu' -- attn --requests 0:2 --method MLA_ROCM
+expect attn_bad_requests 2 "--requests: '5' is not PREFIX:NEW" -- attn --requests 5
+expect attn_bad_preset 2 "unknown preset" -- attn --preset llama
+expect attn_bad_dtype 2 "unknown dtype 'f8'" -- attn --dtype f8
+expect attn_missing_config 2 "nonexistent.json" -- attn --config /nonexistent.json
+expect attn_decode_two 2 "new_len must be 1 in decode mode" -- attn --mode decode --requests 3:2
+
+echo "cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,24 +1,10 @@
-// tests/harness.h — shared test helpers: random data and error measures.
+// tests/harness.h — what every test may use.
 #pragma once
-#include <cstdint>
-#include <vector>
-
-#include "mla/tensor.h"
+#include "mla/compare.h"
 
 namespace mla::test {
-
-// Normal(0, stddev) values, reproducible from the seed.
-std::vector<double> randn(size_t n, uint64_t seed, double stddev = 1.0);
-Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double stddev = 1.0);
-
-// ‖a − b‖ / ‖b‖ over all elements; +inf if any element of a is NaN or inf.
-double rel_l2(const std::vector<double>& a, const std::vector<double>& b);
-// max |a − b| and where.
-struct WorstElement {
-  double abs_err = 0;
-  size_t index = 0;
-  double got = 0, want = 0;
-};
-WorstElement worst_element(const std::vector<double>& a, const std::vector<double>& b);
-
+using mla::randn;
+using mla::random_tensor;
+using mla::rel_l2;
+using mla::worst_element;
 }  // namespace mla::test

@@ -55,7 +55,7 @@ class KVPool {
   // (stored = value / scale; read = stored · scale). The scale is 1 unless set.
   Tensor& buffer(int64_t layer);
   const Tensor& buffer(int64_t layer) const;
-  double scale(int64_t layer) const { return scales_.at(size_t(layer)); }
+  double scale(int64_t layer) const;
   void set_scale(int64_t layer, double s);
 
  private:

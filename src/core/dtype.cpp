@@ -81,14 +81,14 @@ uint32_t pack_fields(double r, int mant_bits, int emin, int bias) {
   return (uint32_t(exp + bias) << mant_bits) | mant;
 }
 
-uint8_t encode_e4m3(float f, bool saturate, bool fnuz) {
+uint8_t encode_e4m3(double f, bool saturate, bool fnuz) {
   const int bias = fnuz ? 8 : 7;
   const int emin = 1 - bias;
   const double maxv = fnuz ? 240.0 : 448.0;
   const uint8_t nan = fnuz ? kFp8E4m3fnuzNaN : kFp8E4m3fnNaN;
   if (std::isnan(f)) return nan;
   const bool neg = std::signbit(f);
-  double a = std::fabs(double(f));
+  double a = std::fabs(f);
   double r = std::isinf(a) ? std::numeric_limits<double>::infinity() : round_to_grid(a, 3, emin);
   if (r > maxv) {
     if (!saturate) return nan;
@@ -125,14 +125,28 @@ float f16_to_float(f16 v) {
   return float(s ? -r : r);
 }
 
-f16 float_to_f16(float f) {
+namespace {
+f16 double_to_f16(double f) {
   if (std::isnan(f)) return f16{0x7e00};
   const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  double a = std::fabs(double(f));
+  double a = std::fabs(f);
   double r = std::isinf(a) ? a : round_to_grid(a, 10, -14);
   if (r > 65504.0) return f16{uint16_t(sign | 0x7c00)};
   return f16{uint16_t(sign | pack_fields(r, 10, -14, 15))};
 }
+
+// One rounding from double (a double → float → bf16 chain would round twice).
+bf16 double_to_bf16(double f) {
+  if (std::isnan(f)) return bf16{0x7fc0};
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  double a = std::fabs(f);
+  double r = std::isinf(a) ? a : round_to_grid(a, 7, -126);
+  if (r > dtype_max(DType::BF16)) return bf16{uint16_t(sign | 0x7f80)};
+  return bf16{uint16_t(sign | pack_fields(r, 7, -126, 127))};
+}
+}  // namespace
+
+f16 float_to_f16(float f) { return double_to_f16(f); }
 
 double load_as_double(const void* base, DType t, size_t i) {
   switch (t) {
@@ -152,10 +166,10 @@ void store_from_double(void* base, DType t, size_t i, double v) {
   switch (t) {
     case DType::F64: static_cast<double*>(base)[i] = v; return;
     case DType::F32: static_cast<float*>(base)[i] = float(v); return;
-    case DType::BF16: static_cast<bf16*>(base)[i] = float_to_bf16(float(v)); return;
-    case DType::F16: static_cast<f16*>(base)[i] = float_to_f16(float(v)); return;
-    case DType::F8_E4M3FN: static_cast<uint8_t*>(base)[i] = float_to_fp8_e4m3fn(float(v)); return;
-    case DType::F8_E4M3FNUZ: static_cast<uint8_t*>(base)[i] = float_to_fp8_e4m3fnuz(float(v)); return;
+    case DType::BF16: static_cast<bf16*>(base)[i] = double_to_bf16(v); return;
+    case DType::F16: static_cast<f16*>(base)[i] = double_to_f16(v); return;
+    case DType::F8_E4M3FN: static_cast<uint8_t*>(base)[i] = encode_e4m3(v, true, false); return;
+    case DType::F8_E4M3FNUZ: static_cast<uint8_t*>(base)[i] = encode_e4m3(v, true, true); return;
     case DType::I32: static_cast<int32_t*>(base)[i] = int32_t(v); return;
     case DType::I64: static_cast<int64_t*>(base)[i] = int64_t(v); return;
   }

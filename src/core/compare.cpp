@@ -1,11 +1,11 @@
-// tests/harness.cpp — shared test helpers.
-#include "harness.h"
+// Random data and error measures.
+#include "mla/compare.h"
 
 #include <cmath>
 #include <limits>
 #include <random>
 
-namespace mla::test {
+namespace mla {
 
 std::vector<double> randn(size_t n, uint64_t seed, double stddev) {
   std::mt19937_64 rng(seed);
@@ -43,4 +43,4 @@ WorstElement worst_element(const std::vector<double>& a, const std::vector<doubl
   return w;
 }
 
-}  // namespace mla::test
+}  // namespace mla

@@ -1,0 +1,77 @@
+// mla/ops.h — the small per-platform ops interface the forward methods are written against.
+// Tensors passed to an Ops live on its platform. Activations use act_dtype(); LSE is f32 (f64 in the
+// CPU reference flavour), natural log, −inf for a query that saw no key. Shapes: T new tokens, S key rows, H heads.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mla/batch.h"
+#include "mla/kv_pool.h"
+#include "mla/rope.h"
+#include "mla/tensor.h"
+
+namespace mla {
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Platform platform() const = 0;
+  virtual std::string name() const = 0;  // e.g. "cpu-ref", "cpu-f32", "cpu-bf16"
+  virtual DType act_dtype() const = 0;   // activation and weight storage
+  virtual DType lse_dtype() const { return DType::F32; }  // the f64 reference keeps f64
+
+  // ---- memory ---------------------------------------------------------------------------------
+  virtual Tensor empty(DType dtype, Shape shape) = 0;
+  virtual Tensor upload(const Tensor& host) = 0;      // same dtype, on this platform
+  virtual Tensor download(const Tensor& t) = 0;       // a host copy
+  virtual void fill(Tensor& t, double value) = 0;     // every element (NaN allowed)
+  virtual void synchronize() {}
+
+  // ---- dense steps ----------------------------------------------------------------------------
+  // y[M, N] = x[M, K] · w[N, K]ᵀ
+  virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  // x[M, ld]: RMSNorm over columns [0, n) of each row, in place, times w[n]
+  virtual void rmsnorm(Tensor& x, int64_t n, const Tensor& w, double eps) = 0;
+  // x[T, heads·head_dim]: RoPE on columns [rot_offset, rot_offset + rope_dim) of every head
+  virtual void rope(Tensor& x, int64_t heads, int64_t head_dim, int64_t rot_offset,
+                    const std::vector<int32_t>& positions, const RopeFrequencies& f) = 0;
+  // out[M, n] = x[M, ld][:, c0 : c0 + n]
+  virtual void take_cols(const Tensor& x, int64_t c0, Tensor& out) = 0;
+
+  // ---- latent cache ---------------------------------------------------------------------------
+  // rows[T, row_dim] → pool layer rows at slots[T] (quantized by the layer scale)
+  virtual void cache_write(KVPool& pool, int64_t layer, const std::vector<int32_t>& slots,
+                           const Tensor& rows) = 0;
+  // pool layer rows at slots[S] → rows[S, row_dim] in rows' dtype (dequantized)
+  virtual void cache_read(const KVPool& pool, int64_t layer, const std::vector<int32_t>& slots,
+                          Tensor& rows) = 0;
+
+  // ---- MHA steps ------------------------------------------------------------------------------
+  // kv[S, H·(dn+dv)] (decompressed) + rows[S, row_dim] (k_pe at column kv_lora_rank)
+  //   → k[S, H, dn+dr] = [k_nope | k_pe broadcast], v[S, H, dv]
+  virtual void build_kv(const Tensor& kv, const Tensor& rows, int64_t kv_lora_rank, int64_t heads,
+                        int64_t dn, int64_t dr, int64_t dv, Tensor& k, Tensor& v) = 0;
+  // Ragged attention: q[Tq, H, dqk], k[S, H, dqk], v[S, H, dv] → o[Tq, H, dv], lse[Tq, H] f32.
+  // Queries outside every segment are left untouched.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttnSegments& seg, double scale, Tensor& o, Tensor& lse) = 0;
+  // (o, lse) ← merge((o, lse), (o_b, lse_b)); o[T, H, d], lse[T, H]
+  virtual void merge(Tensor& o, Tensor& lse, const Tensor& o_b, const Tensor& lse_b) = 0;
+
+  // ---- MLA steps ------------------------------------------------------------------------------
+  // q[T, H, dn+dr] → q_mla[T, H, kv_lora_rank + dr] = [q_nope[h] · w_kc[h] | q_pe]
+  //   w_kc[H, dn, kv_lora_rank]
+  virtual void absorb_q(const Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr,
+                        Tensor& q_mla) = 0;
+  // o_lat[T, H, kv_lora_rank] · w_vc[h]ᵀ → o[T, H, dv];  w_vc[H, dv, kv_lora_rank]
+  virtual void absorb_o(const Tensor& o_lat, const Tensor& w_vc, Tensor& o) = 0;
+  // Absorbed attention of q[T, H, row_dim] against latent rows of the pool: keys of request r
+  // are rows kv_slots[k_start .. k_start + k_len); scores over the whole row, values are its
+  // first kv_lora_rank columns → o[T, H, kv_lora_rank], lse[T, H] f32.
+  virtual void mla_attention(const Tensor& q, const KVPool& pool, int64_t layer,
+                             const std::vector<int32_t>& kv_slots, const AttnSegments& seg,
+                             int64_t kv_lora_rank, double scale, Tensor& o, Tensor& lse) = 0;
+};
+
+}  // namespace mla

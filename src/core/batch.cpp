@@ -1,0 +1,172 @@
+// Forward modes, batch validation and the batch plan (positions, slots, attention segments).
+#include "mla/batch.h"
+
+#include <limits>
+#include <unordered_map>
+
+#include "mla/error.h"
+
+namespace mla {
+
+namespace {
+
+constexpr ForwardMode kModes[] = {ForwardMode::EXTEND, ForwardMode::DECODE,
+                                  ForwardMode::TARGET_VERIFY, ForwardMode::DRAFT_EXTEND,
+                                  ForwardMode::IDLE};
+
+}  // namespace
+
+std::string_view mode_name(ForwardMode m) {
+  switch (m) {
+    case ForwardMode::EXTEND: return "extend";
+    case ForwardMode::DECODE: return "decode";
+    case ForwardMode::TARGET_VERIFY: return "target_verify";
+    case ForwardMode::DRAFT_EXTEND: return "draft_extend";
+    case ForwardMode::IDLE: return "idle";
+  }
+  return "?";
+}
+
+ForwardMode parse_mode(std::string_view s) {
+  for (ForwardMode m : kModes)
+    if (s == mode_name(m)) return m;
+  fail("unknown forward mode '{}' (known: extend, decode, target_verify, draft_extend, idle)", s);
+}
+
+int64_t Batch::num_tokens() const {
+  int64_t n = 0;
+  for (const BatchRequest& r : requests) n += r.new_len;
+  return n;
+}
+
+int64_t Batch::sum_prefix() const {
+  int64_t n = 0;
+  for (const BatchRequest& r : requests) n += r.prefix_len;
+  return n;
+}
+
+int64_t Batch::sum_seq() const { return sum_prefix() + num_tokens(); }
+
+std::vector<int64_t> Batch::prefix_lens() const {
+  std::vector<int64_t> v;
+  v.reserve(requests.size());
+  for (const BatchRequest& r : requests) v.push_back(r.prefix_len);
+  return v;
+}
+
+std::vector<int64_t> Batch::seq_lens() const {
+  std::vector<int64_t> v;
+  v.reserve(requests.size());
+  for (const BatchRequest& r : requests) v.push_back(r.prefix_len + r.new_len);
+  return v;
+}
+
+void validate_batch(const Batch& b) {
+  const std::string_view mode = mode_name(b.mode);
+  std::unordered_map<RequestId, size_t> seen;
+  for (size_t i = 0; i < b.requests.size(); ++i) {
+    const BatchRequest& r = b.requests[i];
+    if (r.prefix_len < 0)
+      fail("batch: request {} (id {}): prefix_len must be >= 0, got {}", i, r.id, r.prefix_len);
+    if (r.new_len < 0)
+      fail("batch: request {} (id {}): new_len must be >= 0, got {}", i, r.id, r.new_len);
+    // Positions are int32 in the plan.
+    if (r.prefix_len > std::numeric_limits<int32_t>::max() - r.new_len)
+      fail("batch: request {} (id {}): prefix_len + new_len = {} + {} exceeds the int32 range", i,
+           r.id, r.prefix_len, r.new_len);
+    auto [it, inserted] = seen.emplace(r.id, i);
+    if (!inserted)
+      fail("batch: request {} (id {}): id duplicates request {}", i, r.id, it->second);
+    switch (b.mode) {
+      case ForwardMode::DECODE:
+        if (r.new_len != 1)
+          fail("batch: request {} (id {}): new_len must be 1 in {} mode, got {}", i, r.id, mode,
+               r.new_len);
+        break;
+      case ForwardMode::TARGET_VERIFY:
+        if (r.new_len < 1)
+          fail("batch: request {} (id {}): new_len must be >= 1 in {} mode, got {}", i, r.id, mode,
+               r.new_len);
+        if (r.new_len != b.requests[0].new_len)
+          fail("batch: request {} (id {}): new_len must equal request 0's ({}) in {} mode, got {}",
+               i, r.id, b.requests[0].new_len, mode, r.new_len);
+        break;
+      case ForwardMode::IDLE:
+        if (r.new_len != 0)
+          fail("batch: request {} (id {}): new_len must be 0 in {} mode, got {}", i, r.id, mode,
+               r.new_len);
+        break;
+      case ForwardMode::EXTEND:
+      case ForwardMode::DRAFT_EXTEND:
+        break;
+    }
+  }
+}
+
+int64_t AttnSegments::total_q() const {
+  int64_t n = 0;
+  for (int64_t v : q_len) n += v;
+  return n;
+}
+
+int64_t AttnSegments::total_k() const {
+  int64_t n = 0;
+  for (int64_t v : k_len) n += v;
+  return n;
+}
+
+AttnSegments BatchPlan::new_only() const {
+  AttnSegments s;
+  s.causal = true;
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    const int64_t n = batch.requests[r].new_len;
+    s.q_start.push_back(q_start[r]);
+    s.q_len.push_back(n);
+    s.k_start.push_back(q_start[r]);  // keys are the new-token rows, indexed like the queries
+    s.k_len.push_back(n);
+  }
+  return s;
+}
+
+AttnSegments BatchPlan::prefix_and_new() const {
+  AttnSegments s;
+  s.causal = true;
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    const BatchRequest& req = batch.requests[r];
+    s.q_start.push_back(q_start[r]);
+    s.q_len.push_back(req.new_len);
+    s.k_start.push_back(kv_start[r]);  // rows of kv_slots
+    s.k_len.push_back(req.prefix_len + req.new_len);
+  }
+  return s;
+}
+
+BatchPlan plan_batch(const Batch& b, const KVPool& pool) {
+  validate_batch(b);
+  BatchPlan p;
+  p.batch = b;
+  p.num_tokens = b.num_tokens();
+  p.q_start.reserve(b.requests.size());
+  p.kv_start.reserve(b.requests.size());
+  p.positions.reserve(size_t(p.num_tokens));
+  p.new_slots.reserve(size_t(p.num_tokens));
+  p.kv_slots.reserve(size_t(b.sum_seq()));
+  int64_t q = 0;
+  for (size_t i = 0; i < b.requests.size(); ++i) {
+    const BatchRequest& r = b.requests[i];
+    const int64_t seq = r.prefix_len + r.new_len;
+    if (!pool.has(r.id)) fail("batch: request {} (id {}) is not in the KV pool", i, r.id);
+    if (pool.length(r.id) < seq)
+      fail("batch: request {} (id {}) needs {} tokens reserved in the KV pool, has {}", i, r.id,
+           seq, pool.length(r.id));
+    p.q_start.push_back(q);
+    for (int64_t t = 0; t < r.new_len; ++t) p.positions.push_back(int32_t(r.prefix_len + t));
+    pool.slots(r.id, r.prefix_len, seq, p.new_slots);
+    p.kv_start.push_back(int64_t(p.kv_slots.size()));
+    pool.slots(r.id, 0, seq, p.kv_slots);
+    q += r.new_len;
+  }
+  return p;
+}
+
+}  // namespace mla

@@ -1,0 +1,151 @@
+// The paged latent KV pool: per-layer row buffers and the request-to-pages table.
+#include "mla/kv_pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mla/error.h"
+
+namespace mla {
+
+KVPool::KVPool(const KVPoolConfig& cfg, Allocator alloc) : cfg_(cfg) {
+  if (cfg.num_layers < 1) fail("KV pool: num_layers must be >= 1, got {}", cfg.num_layers);
+  if (cfg.row_dim < 1) fail("KV pool: row_dim must be >= 1, got {}", cfg.row_dim);
+  if (cfg.page_size < 1) fail("KV pool: page_size must be >= 1, got {}", cfg.page_size);
+  if (cfg.num_pages < 0) fail("KV pool: num_pages must be >= 0, got {}", cfg.num_pages);
+  // Slots are int32: every slot id must fit.
+  constexpr int64_t kMaxSlots = int64_t(std::numeric_limits<int32_t>::max()) + 1;
+  if (cfg.num_pages > kMaxSlots / cfg.page_size)
+    fail("KV pool: num_pages {} of page_size {} exceeds the int32 slot range", cfg.num_pages,
+         cfg.page_size);
+  switch (cfg.dtype) {
+    case DType::F32: case DType::BF16: case DType::F8_E4M3FN: case DType::F8_E4M3FNUZ: break;
+    default:
+      fail("KV pool: dtype must be f32, bf16, fp8_e4m3fn or fp8_e4m3fnuz, got {}",
+           dtype_name(cfg.dtype));
+  }
+  if (!alloc) alloc = [](DType t, Shape s) { return Tensor::host(t, std::move(s)); };
+
+  const Shape shape{num_slots(), cfg.row_dim};  // [num_pages * page_size, row_dim]
+  buffers_.reserve(size_t(cfg.num_layers));
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    Tensor t = alloc(cfg.dtype, shape);
+    if (!t.defined() || t.dtype() != cfg.dtype || t.shape() != shape)
+      fail("KV pool: allocator returned {} {} for layer {}, expected {} {}", dtype_name(t.dtype()),
+           shape_str(t.shape()), l, dtype_name(cfg.dtype), shape_str(shape));
+    buffers_.push_back(std::move(t));
+  }
+  scales_.assign(size_t(cfg.num_layers), 1.0);
+
+  // Pages are taken from the back: a fresh pool hands out 0, 1, 2, ...
+  free_list_.resize(size_t(cfg.num_pages));
+  for (int64_t p = 0; p < cfg.num_pages; ++p)
+    free_list_[size_t(p)] = int32_t(cfg.num_pages - 1 - p);
+}
+
+const KVPool::Entry& KVPool::entry(RequestId id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) fail("KV pool: unknown request {}", id);
+  return it->second;
+}
+
+void KVPool::reserve(RequestId id, int64_t num_tokens) {
+  if (num_tokens < 0) fail("KV pool: request {} reserves {} tokens (must be >= 0)", id, num_tokens);
+  auto it = requests_.find(id);
+  const int64_t have = it == requests_.end() ? 0 : int64_t(it->second.pages.size());
+  const int64_t need = (num_tokens + cfg_.page_size - 1) / cfg_.page_size;
+  const int64_t more = std::max<int64_t>(need - have, 0);
+  if (more > free_pages())
+    fail("KV pool: request {} needs {} more pages of {} tokens, {} free", id, more,
+         cfg_.page_size, free_pages());
+
+  // Everything that can throw (allocation) happens before the free list changes.
+  bool created = false;
+  if (it == requests_.end()) {
+    it = requests_.emplace(id, Entry{}).first;
+    created = true;
+  }
+  Entry& e = it->second;
+  try {
+    e.pages.reserve(size_t(have + more));
+  } catch (...) {
+    if (created) requests_.erase(it);
+    throw;
+  }
+  for (int64_t k = 0; k < more; ++k) {
+    e.pages.push_back(free_list_.back());
+    free_list_.pop_back();
+  }
+  e.length = std::max(e.length, num_tokens);
+}
+
+void KVPool::free(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) fail("KV pool: cannot free unknown request {}", id);
+  const std::vector<int32_t>& pages = it->second.pages;
+  free_list_.reserve(free_list_.size() + pages.size());  // may throw before any change
+  // Pushed in reverse so the next request gets them back in the same order.
+  for (auto p = pages.rbegin(); p != pages.rend(); ++p) free_list_.push_back(*p);
+  requests_.erase(it);
+}
+
+int64_t KVPool::capacity(RequestId id) const {
+  return int64_t(entry(id).pages.size()) * cfg_.page_size;
+}
+
+int64_t KVPool::length(RequestId id) const { return entry(id).length; }
+
+std::vector<RequestId> KVPool::request_ids() const {
+  std::vector<RequestId> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, e] : requests_) ids.push_back(id);
+  return ids;
+}
+
+const std::vector<int32_t>& KVPool::pages(RequestId id) const { return entry(id).pages; }
+
+void KVPool::slots(RequestId id, int64_t begin, int64_t end, std::vector<int32_t>& out) const {
+  const Entry& e = entry(id);
+  if (begin < 0 || begin > end || end > e.length)
+    fail("KV pool: slots [{}, {}) of request {} are outside its {} reserved tokens", begin, end, id,
+         e.length);
+  out.reserve(out.size() + size_t(end - begin));
+  const int64_t ps = cfg_.page_size;
+  for (int64_t t = begin; t < end; ++t)
+    out.push_back(int32_t(int64_t(e.pages[size_t(t / ps)]) * ps + t % ps));
+}
+
+std::vector<int32_t> KVPool::slots(RequestId id, int64_t begin, int64_t end) const {
+  std::vector<int32_t> out;
+  slots(id, begin, end, out);
+  return out;
+}
+
+Tensor& KVPool::buffer(int64_t layer) {
+  if (layer < 0 || layer >= cfg_.num_layers)
+    fail("KV pool: layer {} out of range [0, {})", layer, cfg_.num_layers);
+  return buffers_[size_t(layer)];
+}
+
+const Tensor& KVPool::buffer(int64_t layer) const {
+  if (layer < 0 || layer >= cfg_.num_layers)
+    fail("KV pool: layer {} out of range [0, {})", layer, cfg_.num_layers);
+  return buffers_[size_t(layer)];
+}
+
+double KVPool::scale(int64_t layer) const {
+  if (layer < 0 || layer >= cfg_.num_layers)
+    fail("KV pool: layer {} out of range [0, {})", layer, cfg_.num_layers);
+  return scales_[size_t(layer)];
+}
+
+void KVPool::set_scale(int64_t layer, double s) {
+  if (layer < 0 || layer >= cfg_.num_layers)
+    fail("KV pool: layer {} out of range [0, {})", layer, cfg_.num_layers);
+  if (!std::isfinite(s) || s <= 0)
+    fail("KV pool: scale of layer {} must be finite and > 0, got {}", layer, s);
+  scales_[size_t(layer)] = s;
+}
+
+}  // namespace mla

@@ -1,0 +1,105 @@
+// The attention layer: weights on the platform, dispatch, and the method run.
+#include <fmt/format.h>
+
+#include "methods/method.h"
+#include "mla/error.h"
+#include "mla/registry.h"
+
+namespace mla {
+
+DispatchResult dispatch(const BatchSummary& b, const DispatchSettings& s, Platform p) {
+  DispatchResult r;
+  r.platform = p;
+  r.method = select_method(b, s, p);
+  r.resolved = resolve_method(p, r.method);
+  const MethodImpl* impl = find_method_impl(r.resolved, p);
+  r.implemented = impl != nullptr;
+  if (!impl) {
+    r.reason = platform_built(p)
+                   ? fmt::format("{} is not implemented on platform {}", method_name(r.resolved), platform_name(p))
+                   : fmt::format("platform {} is not built into this mla", platform_name(p));
+    return r;
+  }
+  Batch batch;
+  batch.mode = b.mode;
+  for (size_t i = 0; i < b.seq_lens.size(); ++i)
+    batch.requests.push_back({RequestId(i), b.prefix_lens.at(i), b.seq_lens[i] - b.prefix_lens.at(i)});
+  if (auto why = impl->cannot_serve(batch)) {
+    r.reason = *why;
+    return r;
+  }
+  r.serves = true;
+  return r;
+}
+
+AttentionLayer::AttentionLayer(const AttentionConfig& cfg, const AttentionWeights& weights, Ops& ops)
+    : cfg_(cfg), ops_(ops), rope_(rope_frequencies(cfg)) {
+  cfg.validate();
+  weights.validate(cfg);
+  const DType act = ops.act_dtype();
+  auto up = [&](const Tensor& t) { return t.defined() ? ops.upload(t.to(act)) : Tensor(); };
+  w_.q_a_proj = up(weights.q_a_proj);
+  w_.q_a_layernorm = up(weights.q_a_layernorm);
+  w_.q_b_proj = up(weights.q_b_proj);
+  w_.q_proj = up(weights.q_proj);
+  w_.kv_a_proj_with_mqa = up(weights.kv_a_proj_with_mqa);
+  w_.kv_a_layernorm = up(weights.kv_a_layernorm);
+  w_.kv_b_proj = up(weights.kv_b_proj);
+  w_.o_proj = up(weights.o_proj);
+  AbsorbedWeights a = split_kv_b_proj(cfg, weights.kv_b_proj);
+  w_.w_kc = up(a.w_kc);
+  w_.w_vc = up(a.w_vc);
+}
+
+AttentionOutput AttentionLayer::forward(const Tensor& x, const BatchPlan& plan, KVPool& pool,
+                                        int64_t layer, ForwardMethod method,
+                                        const DispatchSettings& settings) {
+  const Platform p = ops_.platform();
+  const MethodImpl* impl = find_method_impl(method, p);
+  if (!impl)
+    fail("forward method {} is not implemented on platform {}", method_name(method), platform_name(p));
+  if (auto why = impl->cannot_serve(plan.batch))
+    fail("forward method {} on platform {} cannot serve this batch: {}", method_name(method), platform_name(p), *why);
+  const int64_t T = plan.num_tokens;
+  if (x.platform() != p || x.rank() != 2 || x.dim(0) != T || x.dim(1) != cfg_.hidden_size)
+    fail("attention input is {} on {}, expected [{}, {}] on {}", shape_str(x.shape()),
+         platform_name(x.platform()), T, cfg_.hidden_size, platform_name(p));
+  if (x.dtype() != ops_.act_dtype())
+    fail("attention input is {}, expected {}", dtype_name(x.dtype()), dtype_name(ops_.act_dtype()));
+  if (pool.config().row_dim != cfg_.kv_row_dim())
+    fail("KV pool rows have {} values, the config needs kv_lora_rank + qk_rope_head_dim = {}",
+         pool.config().row_dim, cfg_.kv_row_dim());
+  if (layer < 0 || layer >= pool.config().num_layers)
+    fail("layer {} is outside the KV pool's {} layers", layer, pool.config().num_layers);
+  if (pool.buffer(layer).platform() != p) fail("the KV pool lives on {}, not {}", platform_name(pool.buffer(layer).platform()), platform_name(p));
+  for (int32_t s : plan.kv_slots)
+    if (s < 0 || s >= pool.num_slots()) fail("batch slot {} is outside the KV pool of {} slots", s, pool.num_slots());
+  if (settings.chunk_capacity <= 0) fail("chunk capacity must be positive (got {})", settings.chunk_capacity);
+
+  MethodContext c{cfg_, w_, rope_, settings, ops_, pool, layer, plan, x, {}, {}, {}, {}};
+  const int64_t H = cfg_.num_attention_heads;
+  AttentionOutput out;
+  out.method = method;
+  out.out = ops_.empty(ops_.act_dtype(), {T, cfg_.hidden_size});
+  if (T == 0) {
+    out.lse = ops_.empty(ops_.lse_dtype(), {0, H});
+    return out;
+  }
+  impl->prepare(c);
+  impl->core(c);
+  ops_.linear(c.o.reshaped({T, H * cfg_.v_head_dim}), w_.o_proj, out.out);
+  out.lse = c.lse;
+  return out;
+}
+
+AttentionOutput AttentionLayer::forward(const Tensor& x, const BatchPlan& plan, KVPool& pool,
+                                        int64_t layer, const DispatchSettings& settings) {
+  DispatchResult d = dispatch(BatchSummary::of(plan.batch), settings, ops_.platform());
+  if (!d.implemented || !d.serves)
+    fail("dispatch chose {} (resolved {}) on {}: {}", method_name(d.method), method_name(d.resolved),
+         platform_name(d.platform), d.reason);
+  AttentionOutput out = forward(x, plan, pool, layer, d.resolved, settings);
+  return out;
+}
+
+}  // namespace mla

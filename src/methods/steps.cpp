@@ -1,0 +1,58 @@
+// The steps the forward methods share, written once against Ops.
+#include "methods/method.h"
+
+namespace mla::steps {
+
+void prepare_latent(MethodContext& c) {
+  const AttentionConfig& cfg = c.cfg;
+  Ops& ops = c.ops;
+  const int64_t T = c.plan.num_tokens, H = cfg.num_attention_heads;
+  const DType act = ops.act_dtype();
+  c.q = ops.empty(act, {T, H, cfg.qk_head_dim()});
+  if (cfg.has_q_lora()) {
+    Tensor qa = ops.empty(act, {T, cfg.q_lora_rank});  // [T, q_lora_rank]
+    ops.linear(c.x, c.w.q_a_proj, qa);
+    ops.rmsnorm(qa, cfg.q_lora_rank, c.w.q_a_layernorm, cfg.rms_norm_eps);
+    ops.linear(qa, c.w.q_b_proj, c.q);
+  } else {
+    ops.linear(c.x, c.w.q_proj, c.q);
+  }
+  c.kva = ops.empty(act, {T, cfg.kv_row_dim()});  // [T, 576]
+  ops.linear(c.x, c.w.kv_a_proj_with_mqa, c.kva);
+  ops.rmsnorm(c.kva, cfg.kv_lora_rank, c.w.kv_a_layernorm, cfg.rms_norm_eps);
+  ops.rope(c.q, H, cfg.qk_head_dim(), cfg.qk_nope_head_dim, c.plan.positions, c.rope);
+  ops.rope(c.kva, 1, cfg.kv_row_dim(), cfg.kv_lora_rank, c.plan.positions, c.rope);
+  ops.cache_write(c.pool, c.layer, c.plan.new_slots, c.kva);
+}
+
+void decompress(MethodContext& c, const Tensor& rows, Tensor& k, Tensor& v) {
+  const AttentionConfig& cfg = c.cfg;
+  Ops& ops = c.ops;
+  const int64_t S = rows.dim(0), H = cfg.num_attention_heads;
+  const DType act = ops.act_dtype();
+  Tensor latent = ops.empty(act, {S, cfg.kv_lora_rank});  // [S, 512]
+  ops.take_cols(rows, 0, latent);
+  Tensor kv = ops.empty(act, {S, H * (cfg.qk_nope_head_dim + cfg.v_head_dim)});  // [S, H·256]
+  ops.linear(latent, c.w.kv_b_proj, kv);
+  k = ops.empty(act, {S, H, cfg.qk_head_dim()});  // [S, H, 192]
+  v = ops.empty(act, {S, H, cfg.v_head_dim});     // [S, H, 128]
+  ops.build_kv(kv, rows, cfg.kv_lora_rank, H, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim,
+               cfg.v_head_dim, k, v);
+}
+
+void mha_attend(MethodContext& c, const Tensor& rows, const AttnSegments& seg, Tensor& o, Tensor& lse) {
+  const int64_t T = c.plan.num_tokens, H = c.cfg.num_attention_heads;
+  Tensor k, v;
+  decompress(c, rows, k, v);
+  o = c.ops.empty(c.ops.act_dtype(), {T, H, c.cfg.v_head_dim});  // [T, H, 128]
+  lse = c.ops.empty(c.ops.lse_dtype(), {T, H});                  // [T, H]
+  c.ops.attention(c.q, k, v, seg, c.cfg.softmax_scale(), o, lse);
+}
+
+Tensor read_rows(MethodContext& c, const std::vector<int32_t>& slots) {
+  Tensor rows = c.ops.empty(c.ops.act_dtype(), {int64_t(slots.size()), c.cfg.kv_row_dim()});
+  c.ops.cache_read(c.pool, c.layer, slots, rows);
+  return rows;
+}
+
+}  // namespace mla::steps

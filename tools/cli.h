@@ -1,0 +1,29 @@
+// tools/cli.h — the mla command line: subcommands and the helpers they share.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace mla::cli {
+
+// Exit codes: 0 success; 1 the work failed (bad model, batch or method at run time);
+// 2 bad command-line values.
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// Thrown for bad command-line values; main prints the message and exits with kExitUsage.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "3,17,42" → {3, 17, 42}: non-negative integers, no empty items. `what` names the option.
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
+
+// Each registers its subcommand; the callback runs it and returns the exit code through `rc`.
+void add_dispatch_command(CLI::App& app, int& rc);
+void add_attn_command(CLI::App& app, int& rc);
+void add_demo_command(CLI::App& app, int& rc);
+
+}  // namespace mla::cli
