@@ -85,5 +85,55 @@ expect attn_bad_dtype 2 "unknown dtype 'f8'" -- attn --dtype f8
 expect attn_missing_config 2 "nonexistent.json" -- attn --config /nonexistent.json
 expect attn_decode_two 2 "new_len must be 1 in decode mode" -- attn --mode decode --requests 3:2
 
+# Models: logits, generate, inspect, demo on the committed HF checkpoints.
+DATA=${DATA:-$(dirname "$0")/data}
+M=$DATA/v3_tiny
+expect logits 0 '^wrote .*logits \[5, 256\]; methods MHA_ONE_SHOT$' -- logits --model "$M" --ids 24,105,145,195,83 --out "$tmp/l.safetensors"
+[ -s "$tmp/l.safetensors" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL logits_file"; }
+expect logits_chunked 0 'methods MHA_ONE_SHOT,MLA,MLA$' -- logits --model "$M" --ids 24,105,145,195,83 --prefill-chunk 2 --decode-from 4 --out "$tmp/l2.safetensors"
+expect logits_forced 0 'methods MHA_CHUNKED_KV' -- logits --model "$M" --ids 24,105,145 --method MHA_CHUNKED_KV --out "$tmp/l3.safetensors"
+expect logits_sharded 0 'logits \[3, 256\]' -- logits --model "$DATA/v3_norope_scaling" --ids 1,2,3 --out "$tmp/l4.safetensors"
+expect generate 0 '^169,127,233,196,17,174,196,186,92,87,82,9$' -- generate --model "$M" --ids 121,3,1,230,62,8,145,59,214 --max-new-tokens 12
+expect generate_json 0 '^\{"ids":\[169,127,233,196\],"methods":\["MHA_ONE_SHOT","MLA","MLA","MLA"\],"tokens_per_s":' -- \
+  generate --model "$M" --ids 121,3,1,230,62,8,145,59,214 --max-new-tokens 4 --json
+printf '121 3 1\n230,62 8\n145 59 214\n' >"$tmp/prompt.txt"
+expect generate_file 0 '^169,127,233$' -- generate --model "$M" --prompt-file "$tmp/prompt.txt" --max-new-tokens 3
+"$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 >"$tmp/s1" 2>/dev/null
+expect sampled_repeatable 0 "^$(cat "$tmp/s1")\$" -- generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3
+expect inspect 0 '^139 tensors, 338896 parameters' -- inspect --model "$M"
+expect inspect_kv 0 'kv cache per token: 144 values' -- inspect --model "$M"
+expect demo 0 '^OK: same tokens, same logits.$' -- demo
+
+# Bad input: one line, the documented exit code, no output file.
+bad() {  # bad NAME RC PATTERN -- ARGS (an --out of $tmp/bad.safetensors must not appear)
+  rm -f "$tmp/bad.safetensors"
+  expect "$@"
+  if [ -e "$tmp/bad.safetensors" ] || ls "$tmp"/bad.safetensors.* >/dev/null 2>&1; then
+    fail=$((fail + 1)); echo "FAIL $1: left an output file"
+  fi
+}
+bad id_outside_vocab 2 "id 256 at index 1 is outside the vocabulary \\[0, 256\\)" -- logits --model "$M" --ids 3,256 --out "$tmp/bad.safetensors"
+bad decode_from_past 2 "--decode-from 9 is past the 2 ids" -- logits --model "$M" --ids 3,4 --decode-from 9 --out "$tmp/bad.safetensors"
+bad missing_out 2 "--out is required" -- logits --model "$M" --ids 3,4
+bad missing_model 1 "model folder '/nonexistent' does not exist" -- logits --model /nonexistent --ids 3 --out "$tmp/bad.safetensors"
+bad mha_with_prefix 1 "MHA.*cannot serve.*prefix" -- logits --model "$M" --ids 3,4,5 --prefill-chunk 1 --method MHA --out "$tmp/bad.safetensors"
+bad unknown_method 2 "unknown forward method 'FAST'" -- logits --model "$M" --ids 3 --method FAST --out "$tmp/bad.safetensors"
+bad unknown_backend 2 "unknown attention backend 'x'" -- logits --model "$M" --ids 3 --backend x --out "$tmp/bad.safetensors"
+mk() { rm -rf "$tmp/$1"; cp -r "$M" "$tmp/$1"; }
+mk trunc; head -c 300000 "$M/model.safetensors" >"$tmp/trunc/model.safetensors"
+bad truncated 1 "model.safetensors.*(past the end|beyond)" -- logits --model "$tmp/trunc" --ids 3 --out "$tmp/bad.safetensors"
+mk badtype; sed -i 's/"model_type": "deepseek_v3"/"model_type": "llama"/' "$tmp/badtype/config.json"
+bad unknown_model_type 1 "model_type.*llama" -- logits --model "$tmp/badtype" --ids 3 --out "$tmp/bad.safetensors"
+mk layers; sed -i 's/"num_hidden_layers": 3/"num_hidden_layers": 4/' "$tmp/layers/config.json"
+bad missing_tensor 1 "missing tensor 'model.layers.3.input_layernorm.weight'" -- logits --model "$tmp/layers" --ids 3 --out "$tmp/bad.safetensors"
+mk shape; sed -i 's/"intermediate_size": 96/"intermediate_size": 97/' "$tmp/shape/config.json"
+bad wrong_shape 1 "tensor 'model.layers.0.mlp.gate_proj.weight' has shape \\[96, 64\\], expected \\[97, 64\\]" -- logits --model "$tmp/shape" --ids 3 --out "$tmp/bad.safetensors"
+mk zero; sed -i 's/"kv_lora_rank": 32/"kv_lora_rank": 0/' "$tmp/zero/config.json"
+bad zero_dim 1 "kv_lora_rank.*positive" -- logits --model "$tmp/zero" --ids 3 --out "$tmp/bad.safetensors"
+mkdir -p "$tmp/noconfig"
+bad no_config 1 "cannot open config" -- generate --model "$tmp/noconfig" --ids 3
+bad generate_bad_ids 2 "--ids: 'x' is not" -- generate --model "$M" --ids 3,x
+bad generate_both 2 "excludes|--prompt-file" -- generate --model "$M" --ids 3 --prompt-file "$tmp/prompt.txt"
+
 echo "cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -24,6 +24,10 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
 // Each registers its subcommand; the callback runs it and returns the exit code through `rc`.
 void add_dispatch_command(CLI::App& app, int& rc);
 void add_attn_command(CLI::App& app, int& rc);
+void add_attn_demo_command(CLI::App& app, int& rc);
 void add_demo_command(CLI::App& app, int& rc);
+void add_logits_command(CLI::App& app, int& rc);
+void add_generate_command(CLI::App& app, int& rc);
+void add_inspect_command(CLI::App& app, int& rc);
 
 }  // namespace mla::cli

@@ -128,8 +128,8 @@ void add_attn_command(CLI::App& app, int& rc) {
   });
 }
 
-void add_demo_command(CLI::App& app, int& rc) {
-  CLI::App* sub = app.add_subcommand("demo", "Dispatch per batch kind, and every method against the reference");
+void add_attn_demo_command(CLI::App& app, int& rc) {
+  CLI::App* sub = app.add_subcommand("demo-attn", "One attention layer: dispatch per batch kind, every method vs the f64 reference");
   sub->callback([&rc] {
     struct Kind { const char* name; ForwardMode mode; std::vector<std::pair<int64_t, int64_t>> reqs; };
     const std::vector<Kind> kinds = {
@@ -141,7 +141,7 @@ void add_demo_command(CLI::App& app, int& rc) {
         {"draft extend", ForwardMode::DRAFT_EXTEND, {{29, 2}, {5, 2}}},
     };
     AttentionConfig cfg = preset_config("deepseek-v2-lite");
-    std::printf("mla demo: one DeepSeek-V2-Lite attention layer (hidden %ld, %ld heads, kv_lora_rank %ld),\n"
+    std::printf("mla demo-attn: one DeepSeek-V2-Lite attention layer (hidden %ld, %ld heads, kv_lora_rank %ld),\n"
                 "random weights, f32 activations, bf16 latent KV pool (page 16), NaN in unused rows.\n"
                 "The chunked-prefix threshold is lowered to 64 and the chunk capacity to 64 tokens so\n"
                 "small batches show every rule.\n\n",

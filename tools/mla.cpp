@@ -33,6 +33,10 @@ int main(int argc, char** argv) {
   add_dispatch_command(app, rc);
   add_attn_command(app, rc);
   add_demo_command(app, rc);
+  add_attn_demo_command(app, rc);
+  add_logits_command(app, rc);
+  add_generate_command(app, rc);
+  add_inspect_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

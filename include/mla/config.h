@@ -28,7 +28,8 @@ struct AttentionConfig {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
-  double rms_norm_eps = 1e-6;
+  double rms_norm_eps = 1e-6;     // decoder norms (input, post-attention, final)
+  double latent_norm_eps = 1e-6;  // q_a_layernorm, kv_a_layernorm: fixed 1e-6, as in transformers
   int64_t max_position_embeddings = 0;
   bool rope_interleave = true;  // DeepSeek rotates adjacent pairs (2i, 2i+1); false: NeoX halves
   double rope_theta = 10000.0;

@@ -59,6 +59,17 @@ class Ops {
   // (o, lse) ← merge((o, lse), (o_b, lse_b)); o[T, H, d], lse[T, H]
   virtual void merge(Tensor& o, Tensor& lse, const Tensor& o_b, const Tensor& lse_b) = 0;
 
+  // ---- model steps (embedding, residuals, MLP, MoE) ------------------------------------------
+  // out[n, d] = table[ids[i], :] (ids are checked by the caller)
+  virtual void gather_rows(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;
+  // out[rows[i], :] += weights[i] · src[i, :]   src[n, d], out[M, d]; rows may repeat
+  virtual void scatter_add_rows(const Tensor& src, const std::vector<int32_t>& rows,
+                                const std::vector<float>& weights, Tensor& out) = 0;
+  virtual void add(Tensor& x, const Tensor& y) = 0;        // x += y, same element count
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;   // same element count, dtypes may differ
+  // out[M, I] = silu(gate[M, I]) · up[M, I]
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+
   // ---- MLA steps ------------------------------------------------------------------------------
   // q[T, H, dn+dr] → q_mla[T, H, kv_lora_rank + dr] = [q_nope[h] · w_kc[h] | q_pe]
   //   w_kc[H, dn, kv_lora_rank]

@@ -41,6 +41,12 @@ using TensorLookup = std::function<std::optional<Tensor>(const std::string&)>;
 AttentionWeights load_attention_weights(const AttentionConfig& c, const TensorLookup& get,
                                         const std::string& prefix, DType dtype = DType::F32);
 
+// One tensor by its full name, of the expected shape, as `dtype`: float tensors are converted,
+// an fp8 e4m3fn tensor is dequantized with its `<name>_scale_inv` 128×128 block scales. Throws
+// Error naming a missing, misshapen or wrongly typed tensor.
+Tensor load_weight(const TensorLookup& get, const std::string& name, const Shape& shape,
+                   DType dtype);
+
 // w[N, K] fp8 · scale_inv[ceil(N/block), ceil(K/block)] per block → dtype. Edge blocks are partial.
 Tensor dequantize_block_fp8(const Tensor& w, const Tensor& scale_inv, DType dtype,
                             int64_t block = 128);

@@ -11,105 +11,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_fields.h"
 #include "mla/error.h"
 
 namespace mla {
 namespace {
 
 using json = nlohmann::json;
-
-// One-line rendering of a JSON value for error messages, shortened if long.
-std::string show(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
-
-std::string one_line(std::string s) {
-  for (char& ch : s)
-    if (ch == '\n' || ch == '\r') ch = ' ';
-  return s;
-}
-
-// Reads the fields of one JSON object; `src` names the input in errors ("config.json" or a path)
-// and `prefix` the object inside it ("" or "rope_scaling.").
-class Fields {
- public:
-  Fields(const json& obj, std::string src, std::string prefix)
-      : obj_(obj), src_(std::move(src)), prefix_(std::move(prefix)) {}
-
-  // Null counts as absent.
-  const json* find(const char* key) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-  bool has(const char* key) const { return find(key) != nullptr; }
-
-  [[noreturn]] void missing(const char* key) const {
-    fail("{}: field '{}{}' is missing", src_, prefix_, key);
-  }
-  [[noreturn]] void bad(const char* key, const char* what, const json& v) const {
-    fail("{}: field '{}{}' must be {} (got {})", src_, prefix_, key, what, show(v));
-  }
-
-  int64_t integer(const char* key, const json& v, const char* what) const {
-    if (v.is_number_integer()) {
-      if (v.is_number_unsigned() &&
-          v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-        bad(key, what, v);
-      return v.get<int64_t>();
-    }
-    // 4096.0 is accepted; 1.5, strings, booleans are not.
-    if (v.is_number_float()) {
-      double d = v.get<double>();
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return int64_t(d);
-    }
-    bad(key, what, v);
-  }
-  int64_t positive_int(const char* key) const {
-    const json* v = find(key);
-    if (!v) missing(key);
-    int64_t x = integer(key, *v, "a positive integer");
-    if (x <= 0) bad(key, "a positive integer", *v);
-    return x;
-  }
-  // Absent or null → `dflt`; otherwise a positive integer.
-  int64_t optional_positive_int(const char* key, int64_t dflt) const {
-    const json* v = find(key);
-    if (!v) return dflt;
-    int64_t x = integer(key, *v, "a positive integer");
-    if (x <= 0) bad(key, "a positive integer", *v);
-    return x;
-  }
-  double number(const char* key, double dflt) const {
-    const json* v = find(key);
-    if (!v) return dflt;
-    if (!v->is_number()) bad(key, "a number", *v);
-    double d = v->get<double>();
-    if (!std::isfinite(d)) bad(key, "a finite number", *v);
-    return d;
-  }
-  bool boolean(const char* key, bool dflt) const {
-    const json* v = find(key);
-    if (!v) return dflt;
-    if (!v->is_boolean()) bad(key, "true or false", *v);
-    return v->get<bool>();
-  }
-  std::string string(const char* key) const {
-    const json* v = find(key);
-    if (!v) missing(key);
-    if (!v->is_string()) bad(key, "a string", *v);
-    return v->get<std::string>();
-  }
-
-  const std::string& src() const { return src_; }
-  const std::string& prefix() const { return prefix_; }
-
- private:
-  const json& obj_;
-  std::string src_, prefix_;
-};
+using detail::Fields;
+using detail::one_line;
+using detail::show;
 
 // Reads a rope_scaling / rope_parameters object into `rs` (and rope_theta, for the new form).
 void parse_rope(const json& obj, const std::string& src, const std::string& prefix,
@@ -289,17 +200,8 @@ AttentionConfig parse_attention_config_text(std::string_view text) {
 }
 
 AttentionConfig load_attention_config(const std::string& path) {
-  // A checkpoint folder means its config.json.
-  std::string file = path;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    file = (std::filesystem::path(path) / "config.json").string();
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail("cannot open config '{}': {}", file, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("cannot read config '{}'", file);
-  return parse_text_impl(ss.str(), file);
+  auto [text, file] = detail::read_config_text(path);
+  return parse_text_impl(text, file);
 }
 
 AttentionConfig preset_config(std::string_view name) {
@@ -343,3 +245,20 @@ AttentionConfig preset_config(std::string_view name) {
 std::vector<std::string> preset_names() { return {"deepseek-v3", "deepseek-v2-lite"}; }
 
 }  // namespace mla
+
+namespace mla::detail {
+
+std::pair<std::string, std::string> read_config_text(const std::string& path) {
+  std::string file = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    file = (std::filesystem::path(path) / "config.json").string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail("cannot open config '{}': {}", file, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail("cannot read config '{}'", file);
+  return {ss.str(), file};
+}
+
+}  // namespace mla::detail

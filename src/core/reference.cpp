@@ -56,7 +56,7 @@ struct Weights64 {
 Vec latent_row(const AttentionConfig& c, const Weights64& w, const double* x, int64_t pos,
                const RopeFrequencies& f) {
   Vec row = matvec(w.kv_a, c.kv_row_dim(), c.hidden_size, x);
-  rmsnorm(row.data(), c.kv_lora_rank, w.kv_a_norm, c.rms_norm_eps);
+  rmsnorm(row.data(), c.kv_lora_rank, w.kv_a_norm, c.latent_norm_eps);
   rotate(row.data() + c.kv_lora_rank, pos, f);
   return row;
 }
@@ -108,7 +108,7 @@ ReferenceResult reference_attention(const AttentionConfig& c, const AttentionWei
       Vec q;
       if (c.has_q_lora()) {
         Vec qa = matvec(w64.q_a, c.q_lora_rank, hid, xi);
-        rmsnorm(qa.data(), c.q_lora_rank, w64.q_a_norm, c.rms_norm_eps);
+        rmsnorm(qa.data(), c.q_lora_rank, w64.q_a_norm, c.latent_norm_eps);
         q = matvec(w64.q_b, H * dqk, c.q_lora_rank, qa.data());
       } else {
         q = matvec(w64.q, H * dqk, hid, xi);

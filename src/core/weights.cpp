@@ -154,40 +154,42 @@ Tensor dequantize_block_fp8(const Tensor& w, const Tensor& scale_inv, DType dtyp
   return out;
 }
 
+Tensor load_weight(const TensorLookup& get, const std::string& name, const Shape& shape,
+                   DType dtype) {
+  check_float_dtype(dtype, "load weight");
+  std::optional<Tensor> t = get(name);
+  if (!t || !t->defined()) fail("checkpoint: missing tensor '{}'", name);
+  if (t->shape() != shape)
+    fail("checkpoint: tensor '{}' has shape {}, expected {}", name, shape_str(t->shape()),
+         shape_str(shape));
+  check_host(*t, "checkpoint: tensor '" + name + "'");
+  if (is_fp8(t->dtype())) {
+    const std::string sname = name + "_scale_inv";
+    std::optional<Tensor> sc = get(sname);
+    if (!sc || !sc->defined())
+      fail("checkpoint: fp8 tensor '{}' needs '{}', which is missing", name, sname);
+    if (t->rank() != 2)
+      fail("checkpoint: fp8 tensor '{}' must be 2-D for block dequantization, got {}", name,
+           shape_str(t->shape()));
+    const Shape want{(t->dim(0) + 127) / 128, (t->dim(1) + 127) / 128};
+    if (sc->shape() != want || sc->dtype() != DType::F32)
+      fail("checkpoint: tensor '{}' is {} {}, expected f32 {}", sname, dtype_name(sc->dtype()),
+           shape_str(sc->shape()), shape_str(want));
+    check_host(*sc, "checkpoint: tensor '" + sname + "'");
+    return dequantize_block_fp8(*t, *sc, dtype);
+  }
+  if (!is_float_dtype(t->dtype()))
+    fail("checkpoint: tensor '{}' has dtype {}, expected a float or fp8 dtype", name,
+         dtype_name(t->dtype()));
+  return t->to(dtype);
+}
+
 AttentionWeights load_attention_weights(const AttentionConfig& c, const TensorLookup& get,
                                         const std::string& prefix, DType dtype) {
   check_float_dtype(dtype, "load attention weights");
   AttentionWeights w;
-  for (const Slot& s : weight_slots(c)) {
-    if (!s.used) continue;
-    const std::string name = prefix + s.name + ".weight";
-    std::optional<Tensor> t = get(name);
-    if (!t || !t->defined()) fail("attention weights: missing tensor '{}'", name);
-    if (t->shape() != s.shape)
-      fail("attention weights: tensor '{}' has shape {}, expected {}", name,
-           shape_str(t->shape()), shape_str(s.shape));
-    check_host(*t, "attention weights: tensor '" + name + "'");
-    if (is_fp8(t->dtype())) {
-      const std::string sname = name + "_scale_inv";
-      std::optional<Tensor> sc = get(sname);
-      if (!sc || !sc->defined())
-        fail("attention weights: fp8 tensor '{}' needs '{}', which is missing", name, sname);
-      if (t->rank() != 2)
-        fail("attention weights: fp8 tensor '{}' must be 2-D for block dequantization, got {}",
-             name, shape_str(t->shape()));
-      const Shape want{(t->dim(0) + 127) / 128, (t->dim(1) + 127) / 128};
-      if (sc->shape() != want || sc->dtype() != DType::F32)
-        fail("attention weights: tensor '{}' is {} {}, expected f32 {}", sname,
-             dtype_name(sc->dtype()), shape_str(sc->shape()), shape_str(want));
-      check_host(*sc, "attention weights: tensor '" + sname + "'");
-      w.*s.member = dequantize_block_fp8(*t, *sc, dtype);
-    } else if (is_float_dtype(t->dtype())) {
-      w.*s.member = t->to(dtype);
-    } else {
-      fail("attention weights: tensor '{}' has dtype {}, expected a float or fp8 dtype", name,
-           dtype_name(t->dtype()));
-    }
-  }
+  for (const Slot& s : weight_slots(c))
+    if (s.used) w.*s.member = load_weight(get, prefix + s.name + ".weight", s.shape, dtype);
   w.validate(c);
   return w;
 }

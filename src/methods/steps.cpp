@@ -12,14 +12,14 @@ void prepare_latent(MethodContext& c) {
   if (cfg.has_q_lora()) {
     Tensor qa = ops.empty(act, {T, cfg.q_lora_rank});  // [T, q_lora_rank]
     ops.linear(c.x, c.w.q_a_proj, qa);
-    ops.rmsnorm(qa, cfg.q_lora_rank, c.w.q_a_layernorm, cfg.rms_norm_eps);
+    ops.rmsnorm(qa, cfg.q_lora_rank, c.w.q_a_layernorm, cfg.latent_norm_eps);
     ops.linear(qa, c.w.q_b_proj, c.q);
   } else {
     ops.linear(c.x, c.w.q_proj, c.q);
   }
   c.kva = ops.empty(act, {T, cfg.kv_row_dim()});  // [T, 576]
   ops.linear(c.x, c.w.kv_a_proj_with_mqa, c.kva);
-  ops.rmsnorm(c.kva, cfg.kv_lora_rank, c.w.kv_a_layernorm, cfg.rms_norm_eps);
+  ops.rmsnorm(c.kva, cfg.kv_lora_rank, c.w.kv_a_layernorm, cfg.latent_norm_eps);
   ops.rope(c.q, H, cfg.qk_head_dim(), cfg.qk_nope_head_dim, c.plan.positions, c.rope);
   ops.rope(c.kva, 1, cfg.kv_row_dim(), cfg.kv_lora_rank, c.plan.positions, c.rope);
   ops.cache_write(c.pool, c.layer, c.plan.new_slots, c.kva);

@@ -364,6 +364,82 @@ class CpuOps final : public Ops {
     }
   }
 
+  void gather_rows(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
+    const int64_t d = table.dim(-1), n = int64_t(ids.size()), V = rows_of(table);
+    expect(out.numel() == n * d, "gather_rows", fmt::format("output {} for {} rows of {}", shape_str(out.shape()), n, d));
+    for (int32_t i : ids) expect(i >= 0 && i < V, "gather_rows", fmt::format("row {} outside [0, {})", i, V));
+#pragma omp parallel
+    {
+      std::vector<A> r(static_cast<size_t>(d));
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        load_row(table.data(), table.dtype(), size_t(ids[size_t(i)]) * size_t(d), size_t(d), r.data());
+        store_row(r.data(), size_t(d), out.data(), out.dtype(), size_t(i * d));
+      }
+    }
+  }
+
+  void scatter_add_rows(const Tensor& src, const std::vector<int32_t>& rows,
+                        const std::vector<float>& weights, Tensor& out) override {
+    const int64_t d = out.dim(-1), n = int64_t(rows.size()), M = rows_of(out);
+    expect(src.numel() == n * d && weights.size() == rows.size(), "scatter_add_rows", "shape mismatch");
+    std::vector<A> s(static_cast<size_t>(d)), o(static_cast<size_t>(d));
+    for (int64_t i = 0; i < n; ++i) {  // sequential: rows may repeat
+      expect(rows[size_t(i)] >= 0 && rows[size_t(i)] < M, "scatter_add_rows", "row out of range");
+      load_row(src.data(), src.dtype(), size_t(i * d), size_t(d), s.data());
+      load_row(out.data(), out.dtype(), size_t(rows[size_t(i)]) * size_t(d), size_t(d), o.data());
+      axpy(A(weights[size_t(i)]), s.data(), o.data(), d);
+      store_row(o.data(), size_t(d), out.data(), out.dtype(), size_t(rows[size_t(i)]) * size_t(d));
+    }
+  }
+
+  void add(Tensor& x, const Tensor& y) override {
+    expect(x.numel() == y.numel(), "add", fmt::format("{} + {}", shape_str(x.shape()), shape_str(y.shape())));
+    const int64_t d = x.dim(-1), M = rows_of(x);
+#pragma omp parallel
+    {
+      std::vector<A> a(static_cast<size_t>(d)), b(static_cast<size_t>(d));
+#pragma omp for schedule(static)
+      for (int64_t m = 0; m < M; ++m) {
+        load_row(x.data(), x.dtype(), size_t(m * d), size_t(d), a.data());
+        load_row(y.data(), y.dtype(), size_t(m * d), size_t(d), b.data());
+        for (int64_t i = 0; i < d; ++i) a[size_t(i)] += b[size_t(i)];
+        store_row(a.data(), size_t(d), x.data(), x.dtype(), size_t(m * d));
+      }
+    }
+  }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    expect(src.numel() == dst.numel(), "copy", "element counts differ");
+    if (src.dtype() == dst.dtype()) {
+      std::memcpy(dst.data(), src.data(), src.nbytes());
+      return;
+    }
+    const size_t n = size_t(src.numel());
+    std::vector<A> buf(n);
+    load_row(src.data(), src.dtype(), 0, n, buf.data());
+    store_row(buf.data(), n, dst.data(), dst.dtype(), 0);
+  }
+
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    expect(gate.numel() == up.numel() && out.numel() == gate.numel(), "silu_mul", "shape mismatch");
+    const int64_t d = gate.dim(-1), M = rows_of(gate);
+#pragma omp parallel
+    {
+      std::vector<A> g(static_cast<size_t>(d)), u(static_cast<size_t>(d));
+#pragma omp for schedule(static)
+      for (int64_t m = 0; m < M; ++m) {
+        load_row(gate.data(), gate.dtype(), size_t(m * d), size_t(d), g.data());
+        load_row(up.data(), up.dtype(), size_t(m * d), size_t(d), u.data());
+        for (int64_t i = 0; i < d; ++i) {
+          const A x = g[size_t(i)];
+          g[size_t(i)] = x / (A(1) + std::exp(-x)) * u[size_t(i)];
+        }
+        store_row(g.data(), size_t(d), out.data(), out.dtype(), size_t(m * d));
+      }
+    }
+  }
+
   void absorb_q(const Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr, Tensor& q_mla) override {
     const int64_t H = w_kc.dim(0), L = w_kc.dim(2), T = q.numel() / (H * (dn + dr));
     expect(w_kc.dim(1) == dn && q.numel() == T * H * (dn + dr) && q_mla.numel() == T * H * (L + dr),

@@ -1,0 +1,59 @@
+// mla/engine.h — the engine loop: requests with their token ids, batches through the model and
+// the latent KV pool, prefill (optionally chunked) then decode.
+#pragma once
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "mla/kv_pool.h"
+#include "mla/model.h"
+
+namespace mla {
+
+struct EngineOptions {
+  ForwardOptions forward;
+  DType kv_dtype = DType::F32;
+  int64_t page_size = 16;
+  int64_t max_tokens = 4096;  // pool capacity in tokens, over all live requests
+};
+
+// One request's part of a batch: its new tokens, appended after what it already holds.
+struct StepRequest {
+  RequestId id = 0;
+  std::vector<int32_t> ids;
+};
+
+struct StepResult {
+  std::vector<float> logits;  // [Σ new tokens, vocab_size], request after request
+  ForwardMethod method = ForwardMethod::MLA;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const EngineOptions& opt);
+  const KVPool& pool() const { return *pool_; }
+  Model& model() const { return model_; }
+
+  // Runs one batch. Checks everything first (ids, modes, pool space); on Error nothing changed.
+  StepResult step(ForwardMode mode, const std::vector<StepRequest>& reqs);
+  // Tokens request `id` holds (0 if unknown).
+  int64_t length(RequestId id) const;
+  void release(RequestId id);  // frees every slot of the request
+
+  // One request, whole: prefill ids[0, decode_from) in chunks of `prefill_chunk` (0: one chunk)
+  // in EXTEND mode, then ids[decode_from, ...) one at a time in DECODE mode. Returns the logits
+  // of every position [ids.size(), vocab_size] and the method of each batch. Releases the request.
+  struct Run {
+    std::vector<float> logits;
+    std::vector<ForwardMethod> methods;
+  };
+  Run run_sequence(const std::vector<int32_t>& ids, int64_t prefill_chunk, int64_t decode_from);
+
+ private:
+  Model& model_;
+  EngineOptions opt_;
+  std::unique_ptr<KVPool> pool_;
+  std::map<RequestId, int64_t> lengths_;
+};
+
+}  // namespace mla

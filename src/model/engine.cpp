@@ -1,0 +1,91 @@
+// The engine loop: batches of requests through the model and the KV pool.
+#include "mla/engine.h"
+
+#include <set>
+
+#include "mla/error.h"
+
+namespace mla {
+
+Engine::Engine(Model& model, const EngineOptions& opt) : model_(model), opt_(opt) {
+  if (opt.page_size <= 0) fail("engine: page size must be positive (got {})", opt.page_size);
+  if (opt.max_tokens <= 0) fail("engine: max tokens must be positive (got {})", opt.max_tokens);
+  const ModelConfig& c = model.config();
+  KVPoolConfig pc{c.num_hidden_layers, c.attn.kv_row_dim(), opt.kv_dtype, opt.page_size,
+                  (opt.max_tokens + opt.page_size - 1) / opt.page_size};
+  Ops& ops = model.ops();
+  pool_ = std::make_unique<KVPool>(pc, [&ops](DType d, Shape s) { return ops.empty(d, std::move(s)); });
+}
+
+int64_t Engine::length(RequestId id) const {
+  auto it = lengths_.find(id);
+  return it == lengths_.end() ? 0 : it->second;
+}
+
+void Engine::release(RequestId id) {
+  if (pool_->has(id)) pool_->free(id);
+  lengths_.erase(id);
+}
+
+StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs) {
+  const ModelConfig& c = model_.config();
+  Batch b{mode, {}};
+  std::vector<int32_t> ids;
+  int64_t pages_needed = 0;
+  for (const StepRequest& r : reqs) {
+    const int64_t prefix = length(r.id), total = prefix + int64_t(r.ids.size());
+    if (total > c.attn.max_position_embeddings)
+      fail("request {} would reach {} tokens, past max_position_embeddings {}", r.id, total, c.attn.max_position_embeddings);
+    for (int32_t t : r.ids)
+      if (t < 0 || t >= c.vocab_size) fail("request {}: token id {} is outside the vocabulary [0, {})", r.id, t, c.vocab_size);
+    b.requests.push_back({r.id, prefix, int64_t(r.ids.size())});
+    ids.insert(ids.end(), r.ids.begin(), r.ids.end());
+    const int64_t have = pool_->has(r.id) ? int64_t(pool_->pages(r.id).size()) : 0;
+    pages_needed += std::max<int64_t>(0, (total + opt_.page_size - 1) / opt_.page_size - have);
+  }
+  validate_batch(b);
+  const ForwardMethod method = model_.choose_method(b, opt_.forward);  // refuse before any change
+  if (pages_needed > pool_->free_pages())
+    fail("KV pool: the batch needs {} more pages of {} tokens, {} free", pages_needed, opt_.page_size, pool_->free_pages());
+  for (const BatchRequest& r : b.requests) pool_->reserve(r.id, r.prefix_len + r.new_len);
+  BatchPlan plan = plan_batch(b, *pool_);
+  ForwardOptions fo = opt_.forward;
+  fo.method = method;
+  ModelOutput out = model_.forward(ids, plan, *pool_, fo);
+  for (const BatchRequest& r : b.requests) lengths_[r.id] = r.prefix_len + r.new_len;
+  StepResult res;
+  res.method = out.method;
+  Tensor host = model_.ops().download(out.logits);
+  res.logits.assign(host.ptr<float>(), host.ptr<float>() + host.numel());
+  return res;
+}
+
+Engine::Run Engine::run_sequence(const std::vector<int32_t>& ids, int64_t prefill_chunk,
+                                 int64_t decode_from) {
+  const int64_t n = int64_t(ids.size());
+  if (n == 0) fail("no token ids given");
+  if (prefill_chunk < 0) fail("prefill chunk must be >= 0 (got {})", prefill_chunk);
+  if (decode_from < 0 || decode_from > n) fail("decode-from {} is outside [0, {}]", decode_from, n);
+  RequestId id = 1;
+  while (lengths_.count(id) || pool_->has(id)) ++id;
+  Run run;
+  try {
+    const int64_t chunk = prefill_chunk == 0 ? std::max<int64_t>(decode_from, 1) : prefill_chunk;
+    for (int64_t begin = 0; begin < n;) {
+      const bool decode = begin >= decode_from;
+      const int64_t end = decode ? begin + 1 : std::min(begin + chunk, decode_from);
+      StepResult s = step(decode ? ForwardMode::DECODE : ForwardMode::EXTEND,
+                          {{id, std::vector<int32_t>(ids.begin() + begin, ids.begin() + end)}});
+      run.logits.insert(run.logits.end(), s.logits.begin(), s.logits.end());
+      run.methods.push_back(s.method);
+      begin = end;
+    }
+  } catch (...) {
+    release(id);
+    throw;
+  }
+  release(id);
+  return run;
+}
+
+}  // namespace mla
