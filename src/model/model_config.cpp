@@ -87,8 +87,9 @@ ModelConfig parse_model_config_text(std::string_view text, const std::string& sr
   m.routed_scaling_factor = f.number("routed_scaling_factor", v3 ? 2.5 : 1.0);
   m.norm_topk_prob = f.boolean("norm_topk_prob", v3);
   m.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  // V3 always scores with a sigmoid and picks by noaux_tc; V2 reads its fields.
-  m.scoring_func = v3 ? "sigmoid" : (f.has("scoring_func") ? f.string("scoring_func") : "softmax");
+  // As transformers: V3 always scores with a sigmoid and picks by noaux_tc; V2 always scores with
+  // a softmax (scoring_func is ignored) and reads topk_method.
+  m.scoring_func = v3 ? "sigmoid" : "softmax";
   m.topk_method = v3 ? "noaux_tc" : (f.has("topk_method") ? f.string("topk_method") : "greedy");
   if (f.has("hidden_act") && f.string("hidden_act") != "silu")
     fail("{}: field 'hidden_act' must be \"silu\" (got \"{}\")", src, f.string("hidden_act"));
