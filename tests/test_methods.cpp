@@ -11,93 +11,16 @@
 #include "mla/error.h"
 #include "mla/layer_check.h"
 #include "mla/registry.h"
+#include "method_cases.h"
 
 namespace mla::test {
 namespace {
-
-AttentionConfig tiny_config() {  // odd small dims, nope != v, YaRN on
-  AttentionConfig c = preset_config("deepseek-v3");
-  c.hidden_size = 64, c.num_attention_heads = 3, c.q_lora_rank = 24, c.kv_lora_rank = 32;
-  c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 12;
-  return c;
-}
-AttentionConfig odd_config() {  // no q_lora, one head, NeoX RoPE, plain RoPE scaling
-  AttentionConfig c = preset_config("deepseek-v2-lite");
-  c.hidden_size = 72, c.num_attention_heads = 1, c.q_lora_rank = 0, c.kv_lora_rank = 40;
-  c.qk_nope_head_dim = 24, c.qk_rope_head_dim = 16, c.v_head_dim = 20;
-  c.rope_interleave = false;
-  c.rope_scaling = RopeScaling{};
-  return c;
-}
-AttentionConfig mid_config() {  // 16 heads, V3-shaped head dims at a small hidden size
-  AttentionConfig c = preset_config("deepseek-v3");
-  c.hidden_size = 256, c.num_attention_heads = 16, c.q_lora_rank = 96;
-  return c;
-}
-
-struct Shape_ {
-  const char* name;
-  ForwardMode mode;
-  std::vector<std::pair<int64_t, int64_t>> reqs;
-  int64_t chunk_capacity;
-};
-const std::vector<Shape_>& batches() {
-  static const std::vector<Shape_> b = {
-      {"extend_fresh", ForwardMode::EXTEND, {{0, 7}, {0, 13}, {0, 1}}, 131072},
-      {"extend_mixed", ForwardMode::EXTEND, {{0, 5}, {17, 3}, {0, 0}, {29, 11}}, 131072},
-      {"extend_chunks", ForwardMode::EXTEND, {{61, 4}, {5, 2}, {0, 3}}, 16},  // 8 per request
-      {"decode", ForwardMode::DECODE, {{23, 1}, {7, 1}, {41, 1}, {0, 1}}, 131072},
-      {"target_verify", ForwardMode::TARGET_VERIFY, {{19, 4}, {37, 4}}, 131072},
-      {"draft_extend", ForwardMode::DRAFT_EXTEND, {{11, 2}, {3, 2}}, 131072},
-  };
-  return b;
-}
-
-std::vector<LayerCase> all_cases() {
-  std::vector<LayerCase> cases;
-  const std::vector<std::pair<DType, DType>> dtypes = {
-      {DType::F64, DType::F32},  {DType::F32, DType::F32},        {DType::F32, DType::BF16},
-      {DType::BF16, DType::BF16}, {DType::F32, DType::F8_E4M3FN}, {DType::BF16, DType::F8_E4M3FN}};
-  const int64_t pages[] = {1, 16, 64};
-  int k = 0;
-  for (auto [cname, cfg] : {std::pair{"tiny", tiny_config()}, std::pair{"odd", odd_config()}})
-    for (const Shape_& b : batches())
-      for (auto [act, kv] : dtypes) {
-        LayerCase c;
-        c.cfg = cfg, c.act = act, c.kv = kv, c.page_size = pages[k++ % 3], c.mode = b.mode;
-        c.requests = b.reqs, c.settings.chunk_capacity = b.chunk_capacity;
-        c.kv_scale = is_fp8(kv) ? 0.05 : 1.0;  // exercise the per-layer scale
-        c.seed = uint64_t(7 + k);
-        c.name = fmt::format("{}_{}_{}_kv{}_page{}", cname, b.name, dtype_name(act), dtype_name(kv), c.page_size);
-        cases.push_back(c);
-      }
-  // Real head counts: 16 (V3 head dims at a small hidden size, V2-Lite) and 128 (V3).
-  struct Big { const char* name; AttentionConfig cfg; std::vector<std::pair<int64_t, int64_t>> reqs; ForwardMode mode; int64_t chunk; };
-  const std::vector<Big> bigs = {
-      {"mid16_mixed", mid_config(), {{0, 9}, {45, 6}, {13, 0}, {131, 2}}, ForwardMode::EXTEND, 64},
-      {"mid16_verify", mid_config(), {{53, 3}, {2, 3}}, ForwardMode::TARGET_VERIFY, 131072},
-      {"v2lite_mixed", preset_config("deepseek-v2-lite"), {{0, 5}, {23, 3}}, ForwardMode::EXTEND, 16},
-      {"v2lite_decode", preset_config("deepseek-v2-lite"), {{31, 1}, {2, 1}, {0, 1}}, ForwardMode::DECODE, 131072},
-      {"v3_mixed", preset_config("deepseek-v3"), {{0, 3}, {19, 2}}, ForwardMode::EXTEND, 16},
-      {"v3_decode", preset_config("deepseek-v3"), {{29, 1}, {3, 1}}, ForwardMode::DECODE, 131072},
-  };
-  for (const Big& b : bigs)
-    for (auto [act, kv] : {std::pair{DType::F32, DType::F32}, std::pair{DType::BF16, DType::BF16},
-                           std::pair{DType::F32, DType::F8_E4M3FN}}) {
-      LayerCase c;
-      c.cfg = b.cfg, c.act = act, c.kv = kv, c.page_size = pages[k++ % 3], c.mode = b.mode;
-      c.requests = b.reqs, c.settings.chunk_capacity = b.chunk;
-      c.seed = uint64_t(7 + k);
-      c.name = fmt::format("{}_{}_kv{}_page{}", b.name, dtype_name(act), dtype_name(kv), c.page_size);
-      cases.push_back(c);
-    }
-  return cases;
-}
 
 class Methods : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(Methods, EveryMethodMatchesTheReference) {
   const LayerCase& c = GetParam();
+  if (!platform_available(c.platform)) GTEST_SKIP() << "platform " << platform_name(c.platform) << " is not available here";
   LayerFixture fx(c);
   const double tol = tolerance(c.act, c.kv);
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -124,8 +47,13 @@ TEST_P(Methods, EveryMethodMatchesTheReference) {
   EXPECT_LE(fx.errors(d).worst, tol) << "dispatched " << method_name(d.method);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, Methods, ::testing::ValuesIn(all_cases()),
+INSTANTIATE_TEST_SUITE_P(Cpu, Methods, ::testing::ValuesIn(all_cases(Platform::CPU)),
                          [](const auto& info) { return info.param.name; });
+// The same harness on the GPU (skipped where this build or machine has none).
+INSTANTIATE_TEST_SUITE_P(Cuda, Methods, ::testing::ValuesIn(all_cases(Platform::CUDA)),
+                         [](const auto& info) { return info.param.name; });
+
+void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
 
 TEST(Methods, MhaRefusesAPrefixAndLeavesThePoolAlone) {
   LayerCase c;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -40,7 +41,8 @@ std::vector<int32_t> ids_of(const Tensor& t) {
 
 Oracle load_oracle(const std::string& name) {
   Oracle o;
-  o.dir = std::string(MLA_TEST_DATA) + "/" + name;
+  const char* env = std::getenv("MLA_TEST_DATA");  // where the tree moved (e.g. to a GPU machine)
+  o.dir = std::string(env ? env : MLA_TEST_DATA) + "/" + name;
   SafetensorsFile f = SafetensorsFile::open(o.dir + "/oracle.safetensors");
   for (int k = 0; f.has(fmt::format("ids.{}", k)); ++k) {
     o.seqs.push_back(ids_of(f.tensor(fmt::format("ids.{}", k))));
@@ -53,11 +55,13 @@ Oracle load_oracle(const std::string& name) {
   return o;
 }
 
-class OracleTest : public ::testing::TestWithParam<const char*> {
+class OracleTest : public ::testing::TestWithParam<std::tuple<const char*, Platform>> {
  protected:
   void SetUp() override {
-    o = load_oracle(GetParam());
-    ops = make_ops(Platform::CPU, DType::F32);
+    const Platform p = std::get<1>(GetParam());
+    if (!platform_available(p)) GTEST_SKIP() << "platform " << platform_name(p) << " is not available here";
+    o = load_oracle(std::get<0>(GetParam()));
+    ops = make_ops(p, DType::F32);
     lm = load_model(o.dir, *ops);
   }
   // Relative L2 of the whole sequence's logits.
@@ -143,7 +147,11 @@ TEST_P(OracleTest, RaggedBatchOfRequestsMatchesSingleRequests) {
   EXPECT_EQ(b.method, ForwardMethod::MLA);
 }
 
-INSTANTIATE_TEST_SUITE_P(HF, OracleTest, ::testing::ValuesIn(kModels), [](const auto& i) { return std::string(i.param); });
+INSTANTIATE_TEST_SUITE_P(HF, OracleTest,
+                         ::testing::Combine(::testing::ValuesIn(kModels), ::testing::Values(Platform::CPU, Platform::CUDA)),
+                         [](const auto& i) {
+                           return std::string(std::get<0>(i.param)) + "_" + std::string(platform_name(std::get<1>(i.param)));
+                         });
 
 }  // namespace
 }  // namespace mla::test

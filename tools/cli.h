@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -18,8 +19,13 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The text parsers (tools/cli_util.cpp); bad text throws UsageError naming `what`.
 // "3,17,42" → {3, 17, 42}: non-negative integers, no empty items. `what` names the option.
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
+// "4096:512,0:17" → {(4096, 512), (0, 17)}: PREFIX:NEW per request (--requests).
+std::vector<std::pair<int64_t, int64_t>> parse_requests(const std::string& text);
+// Ids separated by commas and/or whitespace (a --prompt-file); empty when there are none.
+std::vector<int64_t> parse_id_text(const std::string& text, const std::string& what);
 
 // Each registers its subcommand; the callback runs it and returns the exit code through `rc`.
 void add_dispatch_command(CLI::App& app, int& rc);
@@ -29,5 +35,6 @@ void add_demo_command(CLI::App& app, int& rc);
 void add_logits_command(CLI::App& app, int& rc);
 void add_generate_command(CLI::App& app, int& rc);
 void add_inspect_command(CLI::App& app, int& rc);
+void add_bench_command(CLI::App& app, int& rc);
 
 }  // namespace mla::cli

@@ -14,23 +14,6 @@
 namespace mla::cli {
 namespace {
 
-// "4096:512,0:17" → {(4096, 512), (0, 17)}: prefix:new per request.
-std::vector<std::pair<int64_t, int64_t>> parse_requests(const std::string& text) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t end = std::min(text.find(',', pos), text.size());
-    const std::string item = text.substr(pos, end - pos);
-    const size_t colon = item.find(':');
-    if (colon == std::string::npos)
-      throw UsageError(fmt::format("--requests: '{}' is not PREFIX:NEW", item));
-    auto nums = parse_int_list(item.substr(0, colon) + "," + item.substr(colon + 1), "--requests");
-    out.emplace_back(nums[0], nums[1]);
-    pos = end + 1;
-  }
-  return out;
-}
-
 std::string fmt_err(double e) { return std::isfinite(e) ? fmt::format("{:.2e}", e) : "inf"; }
 
 }  // namespace
@@ -90,6 +73,13 @@ void add_attn_command(CLI::App& app, int& rc) {
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
+    // As the engine: no position past the config's context (this also bounds the inputs built).
+    for (size_t i = 0; i < c.requests.size(); ++i)
+      if (c.requests[i].first + c.requests[i].second > c.cfg.max_position_embeddings)
+        throw UsageError(fmt::format("--requests: request {} reaches {} tokens, past "
+                                     "max_position_embeddings {}", i,
+                                     c.requests[i].first + c.requests[i].second,
+                                     c.cfg.max_position_embeddings));
     if (method) {
       const MethodImpl* impl = find_method_impl(*method, c.platform);
       if (!impl) fail("forward method {} is not implemented on platform {}", method_name(*method), platform_name(c.platform));

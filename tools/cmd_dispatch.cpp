@@ -42,6 +42,13 @@ void add_dispatch_command(CLI::App& app, int& rc) {
       for (size_t i = 0; i < b.seq_lens.size(); ++i)
         if (b.prefix_lens[i] > b.seq_lens[i])
           throw UsageError(fmt::format("request {}: prefix {} is longer than its sequence {}", i, b.prefix_lens[i], b.seq_lens[i]));
+      if (b.seq_lens.empty() && b.mode != ForwardMode::IDLE)
+        throw UsageError("--seq-lens: no requests (only an idle batch may be empty)");
+      Batch batch{b.mode, {}};  // the mode's rules: one new token per request in decode, ...
+      for (size_t i = 0; i < b.seq_lens.size(); ++i)
+        batch.requests.push_back(
+            {RequestId(i), b.prefix_lens[i], b.seq_lens[i] - b.prefix_lens[i]});
+      validate_batch(batch);
       if (o->threshold <= 0) throw UsageError("--chunked-prefix-threshold must be positive");
       if (o->capacity <= 0) throw UsageError("--chunk-capacity must be positive");
       p = parse_platform(o->platform);

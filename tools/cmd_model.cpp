@@ -127,15 +127,9 @@ std::vector<int64_t> read_prompt_file(const std::string& path) {
   if (!in) throw UsageError(fmt::format("--prompt-file: cannot open '{}'", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string text = ss.str();
-  for (char& ch : text)
-    if (ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t') ch = ',';
-  std::string norm;  // collapse separators
-  for (char ch : text)
-    if (!(ch == ',' && (norm.empty() || norm.back() == ','))) norm += ch;
-  if (!norm.empty() && norm.back() == ',') norm.pop_back();
-  if (norm.empty()) throw UsageError(fmt::format("--prompt-file: '{}' holds no ids", path));
-  return parse_int_list(norm, "--prompt-file");
+  std::vector<int64_t> ids = parse_id_text(ss.str(), "--prompt-file");
+  if (ids.empty()) throw UsageError(fmt::format("--prompt-file: '{}' holds no ids", path));
+  return ids;
 }
 
 }  // namespace
@@ -350,14 +344,17 @@ void add_demo_command(CLI::App& app, int& rc) {
       return t;
     };
     const double err = rel_l2(logits, hf_logits);
+    // transformers ran in float32: f32 must match to 1e-4; bf16 storage costs ~1e-2.
+    const double tol = o->act == DType::F32 ? 1e-4 : 5e-2;
     const bool same = out == hf_ids;
     std::printf("prompt ids      %s\n", join(prompt).c_str());
     std::printf("generated ids   %s\n", join(out).c_str());
     std::printf("transformers    %s  (%s)\n", join(hf_ids).c_str(), same ? "identical" : "DIFFERENT");
     for (const std::string& m : methods) std::printf("method          %s\n", m.c_str());
     std::printf("speed           prefill %.2f ms; decode %.1f tokens/s\n", t_prefill * 1e3, (n_new - 1) / t_decode);
-    std::printf("logits vs transformers (float32): relative L2 %.2e over %ld steps (tolerance 1e-4)\n", err, long(n_new));
-    const bool ok = same && err <= 1e-4;
+    std::printf("logits vs transformers (float32): relative L2 %.2e over %ld steps (tolerance %.0e)\n", err,
+                long(n_new), tol);
+    const bool ok = same && err <= tol;
     std::printf("%s\n", ok ? "OK: same tokens, same logits." : "MISMATCH with transformers.");
     rc = ok ? 0 : kExitFailure;
   });

@@ -4,25 +4,15 @@
 #include "cli.h"
 #include "mla/error.h"
 
-namespace mla::cli {
-
-std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
-  std::vector<int64_t> out;
-  if (text.empty()) return out;
-  size_t pos = 0;
-  while (true) {
-    const size_t end = text.find(',', pos);
-    const std::string item = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    if (item.empty() || item.size() > 18 || item.find_first_not_of("0123456789") != std::string::npos)
-      throw UsageError(fmt::format("{}: '{}' is not a non-negative integer", what, item));
-    out.push_back(std::stoll(item));
-    if (end == std::string::npos) break;
-    pos = end + 1;
+// An error as exactly one line on stderr, whatever bytes the message quotes from the input.
+static void print_error(const std::string& what) {
+  std::string line;
+  for (char c : what) {
+    const auto u = static_cast<unsigned char>(c);
+    line += u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, c);
   }
-  return out;
+  std::fprintf(stderr, "mla: %s\n", line.c_str());
 }
-
-}  // namespace mla::cli
 
 int main(int argc, char** argv) {
   using namespace mla::cli;
@@ -37,6 +27,7 @@ int main(int argc, char** argv) {
   add_logits_command(app, rc);
   add_generate_command(app, rc);
   add_inspect_command(app, rc);
+  add_bench_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -46,16 +37,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "mla: %s\n", e.what());
+    print_error(e.what());
     return kExitUsage;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "mla: %s\n", e.what());
+    print_error(e.what());
     return kExitUsage;
   } catch (const mla::Error& e) {
-    std::fprintf(stderr, "mla: %s\n", e.what());
+    print_error(e.what());
     return kExitFailure;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mla: internal error: %s\n", e.what());
+    print_error(std::string("internal error: ") + e.what());
     return kExitFailure;
   }
   return rc;

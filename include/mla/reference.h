@@ -15,10 +15,19 @@ struct ReferenceResult {
   std::vector<double> new_rows;  // [T, kv_row_dim]: the latent rows the new tokens cache
 };
 
+// How the cache stores a row: attention sees (and new_rows holds) every latent row rounded to
+// `dtype` after dividing by `scale`, times `scale` — what a pool of that dtype gives back. F64
+// (the default) leaves rows exact.
+struct CacheRounding {
+  DType dtype = DType::F64;
+  double scale = 1.0;
+};
+
 // x[r] holds request r's hidden states for ALL its tokens [prefix_len + new_len, hidden_size];
 // positions are 0, 1, .... Weights are read as double.
 ReferenceResult reference_attention(const AttentionConfig& c, const AttentionWeights& w,
-                                    const std::vector<std::vector<double>>& x, const Batch& b);
+                                    const std::vector<std::vector<double>>& x, const Batch& b,
+                                    const CacheRounding& cache = {});
 
 // The latent cache rows [n, kv_row_dim] of hidden states x[n, hidden_size] at positions
 // first_position, first_position + 1, ...

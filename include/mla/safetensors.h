@@ -43,6 +43,10 @@ class SafetensorsFile {
   // Throws Error (one line: the path and the problem) if the file cannot be read or its header
   // is invalid in any way: lengths, JSON, UTF-8, entry fields, dims, dtypes, offsets, overlaps.
   static SafetensorsFile open(const std::string& path);
+  // The same from bytes in memory (copied and kept); `name` stands for the path in errors and
+  // path(). For data that never was a file, and for fuzzing the parser.
+  static SafetensorsFile from_bytes(const void* data, size_t size,
+                                    const std::string& name = "<memory>");
 
   const std::string& path() const;
   std::vector<std::string> names() const;  // sorted

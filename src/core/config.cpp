@@ -84,8 +84,10 @@ void parse_rope(const json& obj, const std::string& src, const std::string& pref
 }
 
 void check(const AttentionConfig& c, const std::string& src) {
+  static constexpr int64_t kMax = detail::Fields::kMaxInt;
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail("{}: field '{}' must be a positive integer (got {})", src, name, v);
+    if (v > kMax) fail("{}: field '{}' must be at most {} (got {})", src, name, kMax, v);
   };
   if (c.model_type != "deepseek_v2" && c.model_type != "deepseek_v3")
     fail("{}: field 'model_type' must be \"deepseek_v2\" or \"deepseek_v3\" (got \"{}\")", src,
@@ -95,6 +97,8 @@ void check(const AttentionConfig& c, const std::string& src) {
   if (c.q_lora_rank < 0)
     fail("{}: field 'q_lora_rank' must be a non-negative integer or null (got {})", src,
          c.q_lora_rank);
+  if (c.q_lora_rank > kMax)
+    fail("{}: field 'q_lora_rank' must be at most {} (got {})", src, kMax, c.q_lora_rank);
   positive("kv_lora_rank", c.kv_lora_rank);
   positive("qk_nope_head_dim", c.qk_nope_head_dim);
   positive("qk_rope_head_dim", c.qk_rope_head_dim);
@@ -116,9 +120,9 @@ void check(const AttentionConfig& c, const std::string& src) {
     fail("{}: field 'rope_theta' must be > 1 for yarn (got {})", src, c.rope_theta);
   if (!(rs.factor >= 1) || !std::isfinite(rs.factor))
     fail("{}: field 'rope_scaling.factor' must be a number >= 1 (got {})", src, rs.factor);
-  if (rs.original_max_position_embeddings <= 0)
+  if (rs.original_max_position_embeddings <= 0 || rs.original_max_position_embeddings > kMax)
     fail("{}: field 'rope_scaling.original_max_position_embeddings' must be a positive integer "
-         "(got {})", src, rs.original_max_position_embeddings);
+         "at most {} (got {})", src, kMax, rs.original_max_position_embeddings);
   if (!(rs.beta_fast > 0) || !std::isfinite(rs.beta_fast))
     fail("{}: field 'rope_scaling.beta_fast' must be a positive number (got {})", src,
          rs.beta_fast);

@@ -49,19 +49,30 @@ class Fields {
     fail("{}: field '{}{}' must be {} (got {})", src_, prefix_, key, what, show(v));
   }
 
+  // Every count and size in a config fits int32 (token ids and positions are int32), so that
+  // products of a few of them cannot overflow int64.
+  static constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+
   int64_t integer(const char* key, const json& v, const char* what) const {
+    int64_t x = 0;
     if (v.is_number_integer()) {
       if (v.is_number_unsigned() &&
           v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-        bad(key, what, v);
-      return v.get<int64_t>();
-    }
-    // 4096.0 is accepted; 1.5, strings, booleans are not.
-    if (v.is_number_float()) {
+        too_large(key, v);
+      x = v.get<int64_t>();
+    } else if (v.is_number_float()) {  // 4096.0 is accepted; 1.5, strings, booleans are not
       double d = v.get<double>();
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return int64_t(d);
+      if (!std::isfinite(d) || d != std::floor(d) || d < -double(kMaxInt)) bad(key, what, v);
+      if (d > double(kMaxInt)) too_large(key, v);
+      x = int64_t(d);
+    } else {
+      bad(key, what, v);
     }
-    bad(key, what, v);
+    if (x > kMaxInt) too_large(key, v);
+    return x;
+  }
+  [[noreturn]] void too_large(const char* key, const json& v) const {
+    fail("{}: field '{}{}' must be at most {} (got {})", src_, prefix_, key, kMaxInt, show(v));
   }
   int64_t positive_int(const char* key) const {
     const json* v = find(key);

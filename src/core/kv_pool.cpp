@@ -54,7 +54,8 @@ void KVPool::reserve(RequestId id, int64_t num_tokens) {
   if (num_tokens < 0) fail("KV pool: request {} reserves {} tokens (must be >= 0)", id, num_tokens);
   auto it = requests_.find(id);
   const int64_t have = it == requests_.end() ? 0 : int64_t(it->second.pages.size());
-  const int64_t need = (num_tokens + cfg_.page_size - 1) / cfg_.page_size;
+  // Rounded up without overflow: num_tokens may be anything up to INT64_MAX.
+  const int64_t need = num_tokens / cfg_.page_size + (num_tokens % cfg_.page_size != 0);
   const int64_t more = std::max<int64_t>(need - have, 0);
   if (more > free_pages())
     fail("KV pool: request {} needs {} more pages of {} tokens, {} free", id, more,

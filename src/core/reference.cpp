@@ -77,12 +77,13 @@ std::vector<double> reference_latent_rows(const AttentionConfig& c, const Attent
 }
 
 ReferenceResult reference_attention(const AttentionConfig& c, const AttentionWeights& w,
-                                    const std::vector<std::vector<double>>& x, const Batch& b) {
+                                    const std::vector<std::vector<double>>& x, const Batch& b,
+                                    const CacheRounding& cache) {
   if (x.size() != b.requests.size()) fail("reference: {} inputs for {} requests", x.size(), b.requests.size());
   const Weights64 w64(w);
   const RopeFrequencies f = rope_frequencies(c);
   const int64_t H = c.num_attention_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim,
-                dv = c.v_head_dim, dqk = c.qk_head_dim(), L = c.kv_lora_rank, D = c.kv_row_dim(),
+                dv = c.v_head_dim, dqk = c.qk_head_dim(), L = c.kv_lora_rank,
                 hid = c.hidden_size;
   const double scale = c.softmax_scale();
   ReferenceResult res;
@@ -93,6 +94,13 @@ ReferenceResult reference_attention(const AttentionConfig& c, const AttentionWei
     std::vector<Vec> K(static_cast<size_t>(S)), V(static_cast<size_t>(S));
     for (int64_t j = 0; j < S; ++j) {
       Vec row = latent_row(c, w64, &x[r][size_t(j * hid)], j, f);
+      if (cache.dtype != DType::F64) {  // the row as the cache gives it back
+        std::vector<uint8_t> cell(8);
+        for (double& v : row) {
+          store_from_double(cell.data(), cache.dtype, 0, v / cache.scale);
+          v = load_as_double(cell.data(), cache.dtype, 0) * cache.scale;
+        }
+      }
       if (j >= P) res.new_rows.insert(res.new_rows.end(), row.begin(), row.end());
       Vec kv = matvec(w64.kv_b, H * (dn + dv), L, row.data());  // [H, dn + dv]
       K[size_t(j)].resize(size_t(H * dqk));

@@ -141,15 +141,18 @@ std::optional<uint64_t> as_u64(const json& v) {
 
 std::string errno_str() { return std::strerror(errno); }
 
-// A read-only private mapping of a whole file.
+// The bytes of a file: a read-only private mapping of the whole file (open), or a copy held in
+// memory (from_bytes).
 struct Mapping {
   const uint8_t* data = nullptr;
   size_t size = 0;
+  bool mapped = false;
+  std::vector<uint8_t> owned;
   Mapping() = default;
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   ~Mapping() {
-    if (data) munmap(const_cast<uint8_t*>(data), size);
+    if (mapped) munmap(const_cast<uint8_t*>(data), size);
   }
 };
 
@@ -242,28 +245,18 @@ struct SafetensorsFile::State {
   std::map<std::string, std::string> metadata;
 };
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  auto s = std::make_shared<State>();
-  s->path = path;
+namespace {
 
-  Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) fail("{}: cannot open: {}", path, errno_str());
-  struct stat st {};
-  if (fstat(fd.fd, &st) != 0) fail("{}: cannot stat: {}", path, errno_str());
-  if (!S_ISREG(st.st_mode)) fail("{}: not a regular file", path);
-  const uint64_t file_size = uint64_t(st.st_size);
+// Validates the header of a whole file's bytes (`path` names it in errors) and lists its tensors
+// and metadata.
+void parse_file(const std::string& path, const uint8_t* bytes, uint64_t file_size,
+                std::map<std::string, SafetensorsFile::Info>& tensors,
+                std::map<std::string, std::string>& metadata) {
+  using Info = SafetensorsFile::Info;
   if (file_size < 8)
     fail("{}: file is {} bytes, too short for the 8-byte header length", path, file_size);
-
-  auto map = std::make_shared<Mapping>();
-  void* p = mmap(nullptr, size_t(file_size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
-  if (p == MAP_FAILED) fail("{}: cannot map {} bytes: {}", path, file_size, errno_str());
-  map->data = static_cast<const uint8_t*>(p);
-  map->size = size_t(file_size);
-  s->map = map;
-
   uint64_t n = 0;
-  std::memcpy(&n, map->data, 8);
+  std::memcpy(&n, bytes, 8);
   if (n == 0) fail("{}: header length is 0", path);
   if (n > kMaxHeaderBytes)
     fail("{}: header length {} exceeds the {} byte limit (not a safetensors file?)", path, n,
@@ -273,7 +266,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
          file_size);
   const uint64_t data_begin = 8 + n, data_size = file_size - data_begin;
 
-  const char* text = reinterpret_cast<const char*>(map->data + 8);
+  const char* text = reinterpret_cast<const char*>(bytes + 8);
   // nlohmann stops at a NUL byte as at the end of input; valid JSON has none (strings escape it).
   if (const void* nul = std::memchr(text, 0, n))
     fail("{}: header is not valid JSON: a NUL byte at header offset {}", path,
@@ -302,13 +295,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         if (!m->is_string())
           fail("{}: \"__metadata__\" value for key {} is not a string (got {})", path, q(m.key()),
                show(*m));
-        s->metadata[m.key()] = m->get<std::string>();
+        metadata[m.key()] = m->get<std::string>();
       }
       continue;
     }
     uint64_t b = 0, e = 0;
     Info info = parse_entry(path, name, *it, data_begin, data_size, b, e);
-    auto [pos, _] = s->tensors.emplace(name, std::move(info));
+    auto [pos, _] = tensors.emplace(name, std::move(info));
     if (e > b) ranges.push_back({b, e, &pos->first});
   }
 
@@ -324,6 +317,45 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
            q(*furthest->name), furthest->begin, furthest->end, q(*r.name), r.begin, r.end);
     if (!furthest || r.end > furthest->end) furthest = &r;
   }
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  auto s = std::make_shared<State>();
+  s->path = path;
+
+  Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) fail("{}: cannot open: {}", path, errno_str());
+  struct stat st {};
+  if (fstat(fd.fd, &st) != 0) fail("{}: cannot stat: {}", path, errno_str());
+  if (!S_ISREG(st.st_mode)) fail("{}: not a regular file", path);
+  const uint64_t file_size = uint64_t(st.st_size);
+  if (file_size < 8)
+    fail("{}: file is {} bytes, too short for the 8-byte header length", path, file_size);
+
+  auto map = std::make_shared<Mapping>();
+  void* p = mmap(nullptr, size_t(file_size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  if (p == MAP_FAILED) fail("{}: cannot map {} bytes: {}", path, file_size, errno_str());
+  map->data = static_cast<const uint8_t*>(p);
+  map->size = size_t(file_size);
+  map->mapped = true;
+  s->map = map;
+  parse_file(path, map->data, file_size, s->tensors, s->metadata);
+  return SafetensorsFile(std::move(s));
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(const void* data, size_t size,
+                                            const std::string& name) {
+  auto s = std::make_shared<State>();
+  s->path = name;
+  auto map = std::make_shared<Mapping>();
+  if (size) map->owned.assign(static_cast<const uint8_t*>(data),
+                              static_cast<const uint8_t*>(data) + size);
+  map->data = map->owned.data();
+  map->size = size;
+  s->map = map;
+  parse_file(name, map->data, size, s->tensors, s->metadata);
   return SafetensorsFile(std::move(s));
 }
 

@@ -1,6 +1,7 @@
 // Host tensors and platform names.
 #include "mla/tensor.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -41,6 +42,20 @@ bool platform_built(Platform p) {
   }
 }
 
+#ifdef MLA_WITH_CUDA
+namespace cuda {
+int device_count();
+}
+#endif
+
+bool platform_available(Platform p) {
+  if (!platform_built(p)) return false;
+#ifdef MLA_WITH_CUDA
+  if (p == Platform::CUDA) return cuda::device_count() > 0;
+#endif
+  return p == Platform::CPU;
+}
+
 std::string shape_str(const Shape& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -59,10 +74,14 @@ int64_t Tensor::numel() const {
 Tensor Tensor::host(DType dtype, Shape shape) {
   for (int64_t d : shape)
     if (d < 0) fail("tensor shape {} has a negative dimension", shape_str(shape));
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  size_t bytes = std::max<size_t>(size_t(n) * dtype_size(dtype), 1);
-  void* p = std::calloc(bytes, 1);
+  // Element and byte counts, refused if any partial product overflows (numel() is int64).
+  uint64_t n = 1, bytes = 0;
+  bool overflow = false;
+  for (int64_t d : shape) overflow |= __builtin_mul_overflow(n, uint64_t(d), &n) || n > INT64_MAX;
+  if (overflow || __builtin_mul_overflow(n, uint64_t(dtype_size(dtype)), &bytes))
+    fail("tensor shape {} of {} is too large to allocate", shape_str(shape), dtype_name(dtype));
+  bytes = std::max<uint64_t>(bytes, 1);
+  void* p = std::calloc(size_t(bytes), 1);
   if (!p) fail("out of host memory allocating {} bytes for a tensor {}", bytes, shape_str(shape));
   return Tensor(dtype, std::move(shape), Platform::CPU, std::shared_ptr<void>(p, std::free));
 }

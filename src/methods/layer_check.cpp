@@ -76,7 +76,7 @@ const ReferenceResult& LayerFixture::reference() {
   if (!ref_) {
     Batch b{c_.mode, {}};
     for (auto [prefix, fresh] : c_.requests) b.requests.push_back({RequestId(b.requests.size()), prefix, fresh});
-    ref_ = reference_attention(c_.cfg, w_, x_, b);
+    ref_ = reference_attention(c_.cfg, w_, x_, b, {c_.kv, c_.kv_scale});
   }
   return *ref_;
 }

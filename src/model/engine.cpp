@@ -29,6 +29,7 @@ void Engine::release(RequestId id) {
 
 StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs) {
   const ModelConfig& c = model_.config();
+  if (reqs.empty()) fail("engine: empty batch (no requests)");
   Batch b{mode, {}};
   std::vector<int32_t> ids;
   int64_t pages_needed = 0;

@@ -15,14 +15,27 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
 }
 
 int64_t ModelConfig::kv_bytes_per_token(int64_t element_size) const {
-  return num_hidden_layers * attn.kv_row_dim() * element_size;
+  int64_t n = 0;
+  if (__builtin_mul_overflow(num_hidden_layers, attn.kv_row_dim(), &n) ||
+      __builtin_mul_overflow(n, element_size, &n))
+    fail("model config: {} layers × {} values × {} bytes per token overflow int64",
+         num_hidden_layers, attn.kv_row_dim(), element_size);
+  return n;
 }
 
 void ModelConfig::validate() const {
   attn.validate();
+  static constexpr int64_t kMax = detail::Fields::kMaxInt;
   auto positive = [](const char* name, int64_t v) {
     if (v <= 0) fail("model config: field '{}' must be a positive integer (got {})", name, v);
+    if (v > kMax) fail("model config: field '{}' must be at most {} (got {})", name, kMax, v);
   };
+  auto at_most = [](const char* name, int64_t v) {
+    if (v > kMax) fail("model config: field '{}' must be at most {} (got {})", name, kMax, v);
+  };
+  at_most("n_routed_experts", n_routed_experts);
+  at_most("n_shared_experts", n_shared_experts);
+  at_most("first_k_dense_replace", first_k_dense_replace);
   positive("vocab_size", vocab_size);
   positive("num_hidden_layers", num_hidden_layers);
   positive("intermediate_size", intermediate_size);

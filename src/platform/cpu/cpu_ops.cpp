@@ -555,10 +555,19 @@ std::unique_ptr<Ops> make_cpu_ops(DType act) {
 
 }  // namespace cpu
 
+#ifdef MLA_WITH_CUDA
+namespace cuda {
+std::unique_ptr<Ops> make_cuda_ops(DType act);
+}
+#endif
+
 std::unique_ptr<Ops> make_ops(Platform p, DType act) {
   switch (p) {
     case Platform::CPU: return cpu::make_cpu_ops(act);
-    default: fail("platform {} is not built into this mla (built: cpu)", platform_name(p));
+#ifdef MLA_WITH_CUDA
+    case Platform::CUDA: return cuda::make_cuda_ops(act);
+#endif
+    default: fail("platform {} is not built into this mla", platform_name(p));
   }
 }
 

@@ -1,0 +1,745 @@
+// Standalone correctness test + benchmark of the fast MLA decode kernel (src/platform/cuda/mla_decode.cu).
+//
+// Build: nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
+//          bench/cuda/mla_decode_test.cu src/platform/cuda/mla_decode.cu -o .devbin/mla_decode_test
+// Run:   mla_decode_test [--no-test] [--no-bench] [--out FILE]
+//
+// Tests: random bf16 q / KV (never zeros), slots shuffled over a pool twice the needed size with NaN
+// in every unused row (also the tail of partly used pages), page sizes 1 and 64, heads 1/16/128,
+// prime key lengths, 1 and 4 query tokens per request (causal bottom-right, including queries that
+// see no key), bf16 and fp8 KV; the production dispatch (narrow swap-AB kernel for ≤ 32 rows), the
+// 64-row kernel forced, its mma.sync variant, heuristic / forced split counts, bf16 and f32 output.
+// Reference: fp64 CPU attention over the same rounded inputs.
+// Bench: DeepSeek-V3 decode shapes, CUDA events, warm-up, median of 30, rotating input sets so the
+// KV read is several times the 60 MB L2; a D2D memcpy ceiling measured in the same process.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "platform/cuda/mla_decode.h"
+
+using namespace mla::cuda;
+
+namespace {
+
+constexpr int kD = 576, kDv = 512;
+
+void check(cudaError_t e, const char* what, const char* file, int line) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e), file, line, what);
+    std::exit(2);
+  }
+}
+#define CK(x) check((x), #x, __FILE__, __LINE__)
+
+FILE* g_out = nullptr;  // optional copy of everything printed
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void say(const char* fmt, ...) {
+  va_list a;
+  va_start(a, fmt);
+  char buf[4096];
+  std::vsnprintf(buf, sizeof buf, fmt, a);
+  va_end(a);
+  std::fputs(buf, stdout);
+  std::fflush(stdout);
+  if (g_out) {
+    std::fputs(buf, g_out);
+    std::fflush(g_out);
+  }
+}
+
+// ---- element conversions (host) ---------------------------------------------------------------
+uint16_t f2bf(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float bf2f(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float fp8_to_f(uint8_t c) {  // OCP e4m3fn, exact
+  const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+  if (e == 15 && m == 7) return NAN;
+  const float v = e == 0 ? std::ldexp(float(m) / 8.f, -6) : std::ldexp(1.f + float(m) / 8.f, e - 7);
+  return s ? -v : v;
+}
+uint8_t f_to_fp8(float f) {  // nearest (ties to the even code), saturating
+  static std::vector<float> table = [] {  // codes 0..126 are increasing
+    std::vector<float> t(127);
+    for (int c = 0; c < 127; ++c) t[c] = fp8_to_f(uint8_t(c));
+    return t;
+  }();
+  const float a = std::fabs(f);
+  int hi = int(std::lower_bound(table.begin(), table.end(), a) - table.begin());
+  int best;
+  if (hi >= 127) best = 126;
+  else if (hi == 0) best = 0;
+  else {
+    const float dl = a - table[hi - 1], dh = table[hi] - a;
+    best = dl < dh ? hi - 1 : dh < dl ? hi : ((hi & 1) ? hi - 1 : hi);
+  }
+  return uint8_t(best | (f < 0 ? 0x80 : 0));
+}
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uni() { return float(next() >> 40) * (2.f / 16777216.f) - 1.f; }  // [-1, 1)
+};
+
+// ---- device helpers (bench data) --------------------------------------------------------------
+__device__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return uint32_t(x);
+}
+__global__ void fill_bf16(uint16_t* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float v = float(hash32(seed * 0x100000001b3ull + i) >> 8) * (2.f / 16777216.f) - 1.f;
+    uint32_t u = __float_as_uint(v);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    p[i] = uint16_t(u >> 16);
+  }
+}
+__global__ void fill_fp8(uint8_t* p, size_t n, uint64_t seed) {  // |v| in [2^-3, 2^3), never NaN
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = hash32(seed * 0x100000001b3ull + i);
+    p[i] = uint8_t((h & 0x80) | ((4 + (h >> 8) % 6) << 3) | ((h >> 16) & 7));
+  }
+}
+// dst[i] = rows of src at slots[i] (row_bytes each)
+__global__ void gather_rows(uint8_t* dst, const uint8_t* src, const int32_t* slots, int n, int row_bytes) {
+  for (int i = blockIdx.x; i < n; i += gridDim.x)
+    for (int b = threadIdx.x; b < row_bytes; b += blockDim.x)
+      dst[size_t(i) * row_bytes + b] = src[size_t(slots[i]) * row_bytes + b];
+}
+
+// ---- problem description + fp64 reference ------------------------------------------------------
+struct Problem {
+  int H = 16;
+  bool fp8 = false;
+  bool causal = true;
+  float scale = 0.1f;
+  float kv_scale = 1.f;
+  std::vector<int> q_len, k_len, q_start, k_start;
+  int T = 0, max_q = 0, max_k = 0;
+  void finish() {
+    const int B = int(q_len.size());
+    q_start.assign(B, 0);
+    k_start.assign(B, 0);
+    T = 0;
+    int ks = 0;
+    for (int r = 0; r < B; ++r) {
+      q_start[r] = T;
+      k_start[r] = ks;
+      T += q_len[r];
+      ks += k_len[r];
+    }
+    max_q = *std::max_element(q_len.begin(), q_len.end());
+    max_k = *std::max_element(k_len.begin(), k_len.end());
+  }
+  int64_t total_k() const { return std::accumulate(k_len.begin(), k_len.end(), int64_t(0)); }
+};
+
+// Reference for the requests in `reqs`: q [T,H,576] (float), kvrow(r, j) → float row [576].
+// Writes o_ref [T,H,512], lse_ref [T,H] (only rows of the listed requests).
+template <class KvRow>
+void reference(const Problem& pb, const std::vector<int>& reqs, const std::vector<float>& q, KvRow kvrow,
+               std::vector<float>& o_ref, std::vector<float>& lse_ref) {
+  struct Task {
+    int r, i, h;
+  };
+  std::vector<Task> tasks;
+  for (int r : reqs)
+    for (int i = 0; i < pb.q_len[r]; ++i)
+      for (int h = 0; h < pb.H; ++h) tasks.push_back({r, i, h});
+  const int nth = std::max(1u, std::min(64u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < nth; ++t)
+    pool.emplace_back([&, t] {
+      std::vector<double> s, acc(kDv);
+      for (size_t k = t; k < tasks.size(); k += nth) {
+        const auto [r, i, h] = tasks[k];
+        const size_t row = size_t(pb.q_start[r] + i) * pb.H + h;
+        const float* qr = &q[row * kD];
+        const int K = pb.k_len[r];
+        const int lim = pb.causal ? std::min(K, K - pb.q_len[r] + i + 1) : K;
+        if (lim <= 0) {
+          std::fill(&o_ref[row * kDv], &o_ref[row * kDv] + kDv, 0.f);
+          lse_ref[row] = -INFINITY;
+          continue;
+        }
+        s.assign(lim, 0.0);
+        double m = -INFINITY;
+        for (int j = 0; j < lim; ++j) {
+          const float* kr = kvrow(r, j);
+          double d = 0;
+          for (int c = 0; c < kD; ++c) d += double(qr[c]) * kr[c];
+          s[j] = d * pb.scale;
+          m = std::max(m, s[j]);
+        }
+        double l = 0;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int j = 0; j < lim; ++j) {
+          const double pj = std::exp(s[j] - m);
+          l += pj;
+          const float* kr = kvrow(r, j);
+          for (int c = 0; c < kDv; ++c) acc[c] += pj * kr[c];
+        }
+        for (int c = 0; c < kDv; ++c) o_ref[row * kDv + c] = float(acc[c] / l);
+        lse_ref[row] = float(m + std::log(l));
+      }
+    });
+  for (auto& th : pool) th.join();
+}
+
+struct Errors {
+  double rel_l2 = 0, max_abs = 0, lse_err = 0;
+  int64_t nan = 0, inf_mismatch = 0;
+  bool pass(double tol_o, double tol_lse) const {
+    return nan == 0 && inf_mismatch == 0 && rel_l2 <= tol_o && lse_err <= tol_lse;
+  }
+};
+// Compare rows (token·H + head) of the listed requests.
+Errors compare(const Problem& pb, const std::vector<int>& reqs, const std::vector<float>& o,
+               const std::vector<float>& lse, const std::vector<float>& o_ref, const std::vector<float>& lse_ref) {
+  Errors e;
+  double num = 0, den = 0;
+  for (int r : reqs)
+    for (int i = 0; i < pb.q_len[r]; ++i)
+      for (int h = 0; h < pb.H; ++h) {
+        const size_t row = size_t(pb.q_start[r] + i) * pb.H + h;
+        for (int c = 0; c < kDv; ++c) {
+          const double a = o[row * kDv + c], b = o_ref[row * kDv + c];
+          if (!std::isfinite(a)) {
+            ++e.nan;
+            continue;
+          }
+          num += (a - b) * (a - b);
+          den += b * b;
+          e.max_abs = std::max(e.max_abs, std::fabs(a - b));
+        }
+        const float a = lse[row], b = lse_ref[row];
+        if (std::isinf(b) || std::isinf(a)) {
+          if (!(std::isinf(a) && std::isinf(b) && a < 0 && b < 0)) ++e.inf_mismatch;
+        } else if (std::isnan(a)) {
+          ++e.nan;
+        } else {
+          e.lse_err = std::max(e.lse_err, double(std::fabs(a - b)));
+        }
+      }
+  e.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return e;
+}
+
+MlaParams make_params(const Problem& pb, const void* q, const void* kv, const int32_t* slots,
+                      const int32_t* seg, void* o, bool o_f32, float* lse, void* ws, size_t ws_bytes) {
+  const int B = int(pb.q_len.size());
+  MlaParams p{};
+  p.q = q;
+  p.q_elem = Elem::BF16;
+  p.kv = kv;
+  p.kv_elem = pb.fp8 ? Elem::FP8_E4M3FN : Elem::BF16;
+  p.kv_scale = pb.kv_scale;
+  p.kv_slots = slots;
+  p.seg.q_start = seg;
+  p.seg.q_len = seg + B;
+  p.seg.k_start = seg + 2 * B;
+  p.seg.k_len = seg + 3 * B;
+  p.seg.num_requests = B;
+  p.seg.max_q_len = pb.max_q;
+  p.seg.max_k_len = pb.max_k;
+  p.seg.total_q = pb.T;
+  p.seg.causal = pb.causal;
+  p.num_heads = pb.H;
+  p.head_dim = kD;
+  p.v_dim = kDv;
+  p.softmax_scale = pb.scale;
+  p.o = o;
+  p.o_elem = o_f32 ? Elem::F32 : Elem::BF16;
+  p.lse = lse;
+  p.ws.ptr = ws;
+  p.ws.bytes = ws_bytes;
+  p.stream = nullptr;
+  return p;
+}
+
+int g_sms = 132;
+int g_failures = 0;
+int g_base_variant = 0;  // MLA_TEST_FORCE_WIDE=1: 64-row tiles everywhere (fallback run)
+
+// ---- correctness tests ---------------------------------------------------------------------------
+void run_test(const char* name, Problem pb, int page, uint64_t seed) {
+  pb.finish();
+  Rng rng{seed};
+  const int B = int(pb.q_len.size());
+  const int elt = pb.fp8 ? 1 : 2;
+  const int row_bytes = kD * elt;
+  // Pool: pages shuffled over twice the needed count (+3); every row not owned stays NaN.
+  std::vector<int> pages_of(B);
+  int64_t need_pages = 0;
+  for (int r = 0; r < B; ++r) need_pages += (pb.k_len[r] + page - 1) / page;
+  const int64_t pool_pages = 2 * need_pages + 3;
+  std::vector<int64_t> perm(pool_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t i = pool_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.next() % uint64_t(i + 1)]);
+  const int64_t pool_rows = pool_pages * page;
+  std::vector<uint8_t> pool(size_t(pool_rows) * row_bytes);
+  if (pb.fp8) {
+    std::fill(pool.begin(), pool.end(), uint8_t(0xff));  // e4m3fn NaN
+  } else {
+    uint16_t* p16 = reinterpret_cast<uint16_t*>(pool.data());
+    std::fill(p16, p16 + pool_rows * kD, uint16_t(0x7fc0));  // bf16 NaN
+  }
+  std::vector<int32_t> slots(pb.total_k());
+  std::vector<float> kvf(slots.size() * kD);  // decoded (× kv_scale) rows, in request key order
+  int64_t next_page = 0;
+  for (int r = 0; r < B; ++r) {
+    int64_t pg = -1;
+    for (int j = 0; j < pb.k_len[r]; ++j) {
+      if (j % page == 0) pg = perm[next_page++];
+      const int64_t slot = pg * page + j % page;
+      const size_t k = size_t(pb.k_start[r] + j);
+      slots[k] = int32_t(slot);
+      for (int c = 0; c < kD; ++c) {
+        if (pb.fp8) {
+          const uint8_t code = f_to_fp8(rng.uni() * 4.f);
+          pool[size_t(slot) * row_bytes + c] = code;
+          kvf[k * kD + c] = fp8_to_f(code) * pb.kv_scale;
+        } else {
+          const uint16_t b = f2bf(rng.uni());
+          std::memcpy(&pool[size_t(slot) * row_bytes + 2 * c], &b, 2);
+          kvf[k * kD + c] = bf2f(b);
+        }
+      }
+    }
+  }
+  std::vector<uint16_t> q(size_t(pb.T) * pb.H * kD);
+  std::vector<float> qf(q.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = f2bf(rng.uni());
+    qf[i] = bf2f(q[i]);
+  }
+  const size_t rows = size_t(pb.T) * pb.H;
+  std::vector<float> o_ref(rows * kDv, NAN), lse_ref(rows, NAN);
+  std::vector<int> all(B);
+  std::iota(all.begin(), all.end(), 0);
+  reference(pb, all, qf, [&](int r, int j) { return &kvf[size_t(pb.k_start[r] + j) * kD]; }, o_ref, lse_ref);
+
+  // Device buffers
+  std::vector<int32_t> seg;
+  for (auto* v : {&pb.q_start, &pb.q_len, &pb.k_start, &pb.k_len}) seg.insert(seg.end(), v->begin(), v->end());
+  void *d_q, *d_kv, *d_o, *d_ws = nullptr;
+  int32_t *d_slots, *d_seg;
+  float* d_lse;
+  CK(cudaMalloc(&d_q, q.size() * 2));
+  CK(cudaMalloc(&d_kv, pool.size()));
+  CK(cudaMalloc(&d_slots, std::max<size_t>(1, slots.size()) * 4));
+  CK(cudaMalloc(&d_seg, seg.size() * 4));
+  CK(cudaMalloc(&d_o, rows * kDv * 4));
+  CK(cudaMalloc(&d_lse, rows * 4));
+  const size_t ws_bytes = mla_fast_workspace_bytes(pb.T, pb.H, g_sms);
+  if (ws_bytes) CK(cudaMalloc(&d_ws, ws_bytes));
+  CK(cudaMemcpy(d_q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_kv, pool.data(), pool.size(), cudaMemcpyHostToDevice));
+  if (!slots.empty()) CK(cudaMemcpy(d_slots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_seg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
+
+  struct Variant {
+    const char* name;
+    bool mma;
+    int splits;
+    bool f32;
+    int variant;
+  };
+  // "wgmma": the production dispatch (narrow swap-AB kernel for ≤ 32 rows, else 64-row tiles);
+  // "wide": 64-row tiles forced; "mma": the mma.sync variant of the 64-row kernel.
+  std::vector<Variant> variants = {{"wgmma auto", false, 0, false, 0},
+                                   {"wgmma s=1", false, 1, false, 0},
+                                   {"wgmma s=3 f32", false, 3, true, 0},
+                                   {"wide auto", false, 0, false, 8},
+                                   {"mma auto", true, 0, false, 0},
+                                   {"mma s=1 f32", true, 1, true, 0}};
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    const Variant v = variants[vi];
+    CK(cudaMemset(d_o, 0xff, rows * kDv * 4));  // poison: NaN in bf16 and f32
+    CK(cudaMemset(d_lse, 0xff, rows * 4));
+    MlaParams p = make_params(pb, d_q, d_kv, d_slots, d_seg, d_o, v.f32, d_lse, d_ws, ws_bytes);
+    if (!mla_fast_supports(p)) {
+      say("  %-34s %-14s NOT SUPPORTED\n", name, v.name);
+      ++g_failures;
+      continue;
+    }
+    mla_fast_set_debug(v.splits, v.mma, v.variant | g_base_variant);
+    mla_attention_fast(p);
+    const int used_splits = mla_fast_debug_last_splits();
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    mla_fast_set_debug(0, false, 0);
+    std::vector<float> o(rows * kDv), lse(rows);
+    if (v.f32) {
+      CK(cudaMemcpy(o.data(), d_o, rows * kDv * 4, cudaMemcpyDeviceToHost));
+    } else {
+      std::vector<uint16_t> ob(rows * kDv);
+      CK(cudaMemcpy(ob.data(), d_o, rows * kDv * 2, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < ob.size(); ++i) o[i] = bf2f(ob[i]);
+    }
+    CK(cudaMemcpy(lse.data(), d_lse, rows * 4, cudaMemcpyDeviceToHost));
+    const Errors e = compare(pb, all, o, lse, o_ref, lse_ref);
+    const bool ok = e.pass(1e-2, 1e-3);
+    if (!ok && (v.variant == 0 || v.variant == 8)) ++g_failures;
+    say("  %-34s %-16s s=%-3d relL2 %.2e  maxabs %.2e  lse %.2e  nan %lld  -inf-mismatch %lld  %s\n", name,
+        v.name, used_splits, e.rel_l2, e.max_abs, e.lse_err, (long long)e.nan, (long long)e.inf_mismatch,
+        ok ? "ok" : (v.variant & 7) ? "fail (diagnostic)" : "FAIL");
+    // A failing wgmma run: localize it (S or P·V product, V descriptor strides) a few times.
+    static int diagnostics = 0;
+    if (!ok && vi == 0 && !pb.fp8 && diagnostics < 3) {
+      ++diagnostics;
+      variants.push_back({"diag wgS+mmaPV", false, 0, false, 2});
+      variants.push_back({"diag mmaS+wgPV", false, 0, false, 4});
+      variants.push_back({"diag mmaS+wgPV'", false, 0, false, 5});
+      variants.push_back({"diag wgmma V'", false, 0, false, 1});
+    }
+  }
+  CK(cudaFree(d_q));
+  CK(cudaFree(d_kv));
+  CK(cudaFree(d_slots));
+  CK(cudaFree(d_seg));
+  CK(cudaFree(d_o));
+  CK(cudaFree(d_lse));
+  if (d_ws) CK(cudaFree(d_ws));
+}
+
+bool g_quick = false;  // sanitizer runs: small cases only
+
+void run_tests() {
+  say("== correctness (fp64 CPU reference; pass: rel L2 <= 1e-2, |lse err| <= 1e-3, no NaN)\n");
+  const std::vector<int> primes = {2, 67, 331, 1031, 2053};
+  uint64_t seed = 1;
+  for (int H : {1, 16, 128})
+    for (int ql : {1, 4})
+      if (!g_quick || H <= 16)
+      for (bool fp8 : {false, true})
+        for (int page : {1, 64}) {
+          Problem pb;
+          pb.H = H;
+          pb.fp8 = fp8;
+          pb.kv_scale = fp8 ? 0.25f : 1.f;
+          pb.scale = 0.12f;
+          pb.k_len = primes;
+          pb.q_len.assign(primes.size(), ql);
+          char name[96];
+          std::snprintf(name, sizeof name, "H%d q%d %s page%d", H, ql, fp8 ? "fp8 " : "bf16", page);
+          run_test(name, pb, page, seed++);
+        }
+  // Mixed query lengths, up to 8 tokens (16 row tiles at H 128), a 64-multiple length.
+  for (int H : {16, 128}) {
+    Problem pb;
+    pb.H = H;
+    pb.q_len = {1, 4, 2, 8, 3};
+    pb.k_len = {5, 97, 257, 1031, 64};
+    pb.scale = 0.12f;
+    char name[96];
+    std::snprintf(name, sizeof name, "H%d mixed q bf16 page64", H);
+    run_test(name, pb, 64, seed++);
+  }
+  // Narrow (swap-AB) tiles: 32 rows (16 heads × 2 tokens, 32 heads, 8 heads × mixed tokens), 8 rows.
+  for (bool fp8 : {false, true})
+    for (int page : {1, 64}) {
+      Problem pb;
+      pb.H = 16;
+      pb.fp8 = fp8;
+      pb.kv_scale = fp8 ? 0.25f : 1.f;
+      pb.scale = 0.12f;
+      pb.k_len = primes;
+      pb.q_len.assign(primes.size(), 2);
+      char name[96];
+      std::snprintf(name, sizeof name, "H16 q2 %s page%d", fp8 ? "fp8 " : "bf16", page);
+      run_test(name, pb, page, seed++);
+    }
+  {
+    Problem pb;
+    pb.H = 32;
+    pb.q_len.assign(primes.size(), 1);
+    pb.k_len = primes;
+    pb.scale = 0.12f;
+    run_test("H32 q1 bf16 page64", pb, 64, seed++);
+  }
+  {
+    Problem pb;
+    pb.H = 8;
+    pb.q_len = {1, 4, 2, 3, 4};
+    pb.k_len = {3, 97, 257, 1031, 64};
+    pb.scale = 0.12f;
+    run_test("H8 mixed q bf16 page1", pb, 1, seed++);
+  }
+  {
+    Problem pb;
+    pb.H = 2;
+    pb.fp8 = true;
+    pb.kv_scale = 0.5f;
+    pb.causal = false;
+    pb.q_len = {3, 1, 4};
+    pb.k_len = {13, 1, 509};
+    pb.scale = 0.12f;
+    run_test("H2 noncausal fp8 page64", pb, 64, seed++);
+  }
+  {  // non-causal, fp8
+    Problem pb;
+    pb.H = 16;
+    pb.fp8 = true;
+    pb.kv_scale = 0.5f;
+    pb.causal = false;
+    pb.q_len = {3, 1, 2};
+    pb.k_len = {13, 1, 509};
+    pb.scale = 0.12f;
+    run_test("H16 noncausal fp8 page1", pb, 1, seed++);
+  }
+  if (!g_quick) {  // one long request: many splits
+    Problem pb;
+    pb.H = 128;
+    pb.q_len = {1};
+    pb.k_len = {16381};
+    pb.scale = 0.12f;
+    run_test("H128 1 request 16381 keys page64", pb, 64, seed++);
+  }
+}
+
+// ---- benchmark -------------------------------------------------------------------------------------
+template <class F>
+float median_ms(F&& launch, int warm, int iters) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) launch(i);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> t(iters);
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(a));
+    launch(warm + i);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&t[i], a, b));
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[iters / 2];
+}
+
+double g_copy_gbs = 0;
+
+void bench_copy() {
+  const size_t n = size_t(1) << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, n));
+  CK(cudaMalloc(&b, n));
+  CK(cudaMemset(a, 1, n));
+  const float ms = median_ms([&](int) { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice)); }, 3, 20);
+  g_copy_gbs = 2.0 * n / (ms * 1e-3) / 1e9;
+  say("== D2D cudaMemcpy 1 GiB: %.1f us, %.0f GB/s (read + write)\n", ms * 1e3, g_copy_gbs);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+}
+
+struct BenchCase {
+  const char* name;
+  int H, B, s_q, s_k;
+  bool fp8;
+  bool mma;
+  int variant = 0;  // 8: 64-row tiles forced
+};
+
+void run_bench(const BenchCase& bc) {
+  Problem pb;
+  pb.H = bc.H;
+  pb.fp8 = bc.fp8;
+  pb.kv_scale = bc.fp8 ? 0.125f : 1.f;
+  pb.scale = 1.f / std::sqrt(192.f);
+  pb.q_len.assign(bc.B, bc.s_q);
+  pb.k_len.assign(bc.B, bc.s_k);
+  pb.finish();
+  const int elt = bc.fp8 ? 1 : 2;
+  const size_t row_bytes = size_t(kD) * elt;
+  const int64_t keys = pb.total_k();
+  const size_t kv_bytes = size_t(keys) * row_bytes;
+  const int nsets = int(std::clamp<size_t>((180ull << 20) / kv_bytes + 1, 2, 16));  // ≥ 3× L2 in total
+  const size_t rows = size_t(pb.T) * pb.H;
+  std::vector<int32_t> seg;
+  for (auto* v : {&pb.q_start, &pb.q_len, &pb.k_start, &pb.k_len}) seg.insert(seg.end(), v->begin(), v->end());
+  int32_t* d_seg;
+  CK(cudaMalloc(&d_seg, seg.size() * 4));
+  CK(cudaMemcpy(d_seg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
+  struct Set {
+    void* q;
+    void* kv;
+    int32_t* slots;
+    std::vector<int32_t> h_slots;
+  };
+  std::vector<Set> sets(nsets);
+  Rng rng{1234};
+  for (int s = 0; s < nsets; ++s) {
+    Set& st = sets[s];
+    CK(cudaMalloc(&st.q, rows * kD * 2));
+    CK(cudaMalloc(&st.kv, kv_bytes));
+    CK(cudaMalloc(&st.slots, keys * 4));
+    fill_bf16<<<1024, 256>>>(static_cast<uint16_t*>(st.q), rows * kD, 100 + s);
+    if (bc.fp8) fill_fp8<<<4096, 256>>>(static_cast<uint8_t*>(st.kv), kv_bytes, 200 + s);
+    else fill_bf16<<<4096, 256>>>(static_cast<uint16_t*>(st.kv), kv_bytes / 2, 200 + s);
+    CK(cudaGetLastError());
+    // 64-token pages, shuffled over the pool (pool = exactly the needed pages)
+    const int64_t npages = keys / 64;
+    std::vector<int64_t> perm(npages);
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int64_t i = npages - 1; i > 0; --i) std::swap(perm[i], perm[rng.next() % uint64_t(i + 1)]);
+    st.h_slots.resize(keys);
+    for (int64_t k = 0; k < keys; ++k) st.h_slots[k] = int32_t(perm[k / 64] * 64 + k % 64);
+    CK(cudaMemcpy(st.slots, st.h_slots.data(), keys * 4, cudaMemcpyHostToDevice));
+  }
+  void* d_o;
+  float* d_lse;
+  void* d_ws = nullptr;
+  CK(cudaMalloc(&d_o, rows * kDv * 2));
+  CK(cudaMalloc(&d_lse, rows * 4));
+  const size_t ws_bytes = mla_fast_workspace_bytes(pb.T, pb.H, g_sms);
+  if (ws_bytes) CK(cudaMalloc(&d_ws, ws_bytes));
+  mla_fast_set_debug(0, bc.mma, bc.variant | g_base_variant);
+  auto launch = [&](int i) {
+    const Set& st = sets[i % nsets];
+    MlaParams p = make_params(pb, st.q, st.kv, st.slots, d_seg, d_o, false, d_lse, d_ws, ws_bytes);
+    mla_attention_fast(p);
+  };
+  const float ms = median_ms(launch, 3, 30);
+  const float ms2 = median_ms(launch, 1, 30);  // second measurement: spread
+  const int used_splits = mla_fast_debug_last_splits();
+
+  // Check two requests of the last set launched against the CPU reference.
+  {
+    const int last = (1 + 30 - 1) % nsets;
+    const Set& st = sets[last];
+    launch(last);
+    CK(cudaDeviceSynchronize());
+    mla_fast_set_debug(0, false, 0);
+    std::vector<int> reqs = {0, bc.B - 1};
+    if (bc.B == 1) reqs = {0};
+    std::vector<uint16_t> qh(rows * kD), oh(rows * kDv);
+    std::vector<float> lse(rows);
+    CK(cudaMemcpy(qh.data(), st.q, qh.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(oh.data(), d_o, oh.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(lse.data(), d_lse, rows * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> qf(qh.size()), of(oh.size());
+    for (size_t i = 0; i < qh.size(); ++i) qf[i] = bf2f(qh[i]);
+    for (size_t i = 0; i < oh.size(); ++i) of[i] = bf2f(oh[i]);
+    // gather each checked request's KV rows
+    std::vector<std::vector<float>> kvr(bc.B);
+    uint8_t* d_g;
+    CK(cudaMalloc(&d_g, size_t(bc.s_k) * row_bytes));
+    for (int r : reqs) {
+      gather_rows<<<512, 128>>>(d_g, static_cast<const uint8_t*>(st.kv), st.slots + pb.k_start[r], bc.s_k,
+                                int(row_bytes));
+      CK(cudaGetLastError());
+      std::vector<uint8_t> raw(size_t(bc.s_k) * row_bytes);
+      CK(cudaMemcpy(raw.data(), d_g, raw.size(), cudaMemcpyDeviceToHost));
+      auto& v = kvr[r];
+      v.resize(size_t(bc.s_k) * kD);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (bc.fp8) v[i] = fp8_to_f(raw[i]) * pb.kv_scale;
+        else {
+          uint16_t b;
+          std::memcpy(&b, &raw[2 * i], 2);
+          v[i] = bf2f(b);
+        }
+      }
+    }
+    CK(cudaFree(d_g));
+    std::vector<float> o_ref(rows * kDv), lse_ref(rows);
+    reference(pb, reqs, qf, [&](int r, int j) { return &kvr[r][size_t(j) * kD]; }, o_ref, lse_ref);
+    const Errors e = compare(pb, reqs, of, lse, o_ref, lse_ref);
+    const bool ok = e.pass(1e-2, 1e-3);
+    if (!ok) ++g_failures;
+    const double flops = 2.0 * bc.B * bc.s_q * bc.H * double(bc.s_k) * (kD + kDv);
+    const double bytes = double(kv_bytes) + double(rows) * (kD + kDv) * 2;
+    const double t = ms * 1e-3;
+    say("  %-30s %8.1f us (again %8.1f)  %6.1f TFLOP/s  %6.0f GB/s  %5.1f%% of copy  [splits %d, %d sets; check relL2 %.1e lse %.1e %s]\n",
+        bc.name, ms * 1e3, ms2 * 1e3, flops / t / 1e12, bytes / t / 1e9, 100.0 * bytes / t / 1e9 / g_copy_gbs,
+        used_splits, nsets, e.rel_l2, e.lse_err, ok ? "ok" : "FAIL");
+  }
+  for (Set& st : sets) {
+    CK(cudaFree(st.q));
+    CK(cudaFree(st.kv));
+    CK(cudaFree(st.slots));
+  }
+  CK(cudaFree(d_seg));
+  CK(cudaFree(d_o));
+  CK(cudaFree(d_lse));
+  if (d_ws) CK(cudaFree(d_ws));
+}
+
+void run_benches() {
+  bench_copy();
+  say("== fast MLA decode (FLOPs = 2·b·s_q·h·s_k·1088; bytes = KV + Q + O)\n");
+  const BenchCase cases[] = {
+      {"h128 b128 sq1 sk4096 bf16", 128, 128, 1, 4096, false, false},
+      {"h16  b128 sq1 sk4096 bf16", 16, 128, 1, 4096, false, false},
+      {"h16  b128 sq1 sk4096 bf16 wide", 16, 128, 1, 4096, false, false, 8},
+      {"h128 b128 sq2 sk4096 bf16", 128, 128, 2, 4096, false, false},
+      {"h16  b128 sq2 sk4096 bf16", 16, 128, 2, 4096, false, false},
+      {"h16  b128 sq4 sk4096 bf16", 16, 128, 4, 4096, false, false},
+      {"h128 b1   sq1 sk16384 bf16", 128, 1, 1, 16384, false, false},
+      {"h16  b1   sq1 sk16384 bf16", 16, 1, 1, 16384, false, false},
+      {"h16  b128 sq1 sk16384 bf16", 16, 128, 1, 16384, false, false},
+      {"h128 b128 sq1 sk4096 fp8", 128, 128, 1, 4096, true, false},
+      {"h16  b128 sq1 sk4096 fp8", 16, 128, 1, 4096, true, false},
+      {"h16  b128 sq1 sk4096 fp8 wide", 16, 128, 1, 4096, true, false, 8},
+      {"h128 b128 sq1 sk4096 bf16 mma", 128, 128, 1, 4096, false, true},
+  };
+  for (const BenchCase& bc : cases) run_bench(bc);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool test = true, bench = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--no-test") test = false;
+    else if (a == "--no-bench") bench = false;
+    else if (a == "--quick") g_quick = true;
+    else if (a == "--out" && i + 1 < argc) g_out = std::fopen(argv[++i], "w");
+  }
+  if (const char* e = std::getenv("MLA_TEST_FORCE_WIDE"); e && e[0] == '1') g_base_variant = 8;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  g_sms = prop.multiProcessorCount;
+  say("device: %s, %d SMs, L2 %d MB, smem/block optin %zu KB\n", prop.name, g_sms, prop.l2CacheSize >> 20,
+      prop.sharedMemPerBlockOptin >> 10);
+  if (test) run_tests();
+  if (bench) run_benches();
+  say("== %s (%d failures)\n", g_failures ? "FAILED" : "ALL PASSED", g_failures);
+  if (g_out) std::fclose(g_out);
+  return g_failures ? 1 : 0;
+}

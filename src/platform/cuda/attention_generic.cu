@@ -1,0 +1,143 @@
+// The general attention kernels (CUDA cores, f32 math, any dims): one block per (query, head),
+// online softmax over key chunks. The exact path for f32 activations and odd shapes; the fast
+// tensor-core kernels live in mha_prefill.cu and mla_decode.cu.
+#include <cmath>
+
+#include "platform/cuda/cuda_check.h"
+#include "platform/cuda/elem.cuh"
+
+namespace mla::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxAcc = 8;  // Dv ≤ kThreads · kMaxAcc = 1024
+
+__device__ float block_reduce(float v, bool is_max, float* red) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, u) : v + u;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = is_max ? fmaxf(r, red[w]) : r + red[w];
+  return r;
+}
+
+// Keys are reached through `Keys`: k(j) gives the element pointer base and element index of key
+// j's row; values are the first Dv columns of a separate or the same row.
+struct MhaKeys {
+  const void* k;
+  const void* v;
+  Elem e;
+  int64_t H, h, qk, dv, k0;
+  __device__ float key(int64_t j, int64_t d) const { return load_elem(k, e, size_t(((k0 + j) * H + h) * qk + d)); }
+  __device__ float val(int64_t j, int64_t d) const { return load_elem(v, e, size_t(((k0 + j) * H + h) * dv + d)); }
+};
+struct MlaKeys {
+  const void* kv;
+  Elem e;
+  float scale;
+  const int32_t* slots;
+  int64_t D, k0;
+  __device__ float key(int64_t j, int64_t d) const { return load_elem(kv, e, size_t(slots[k0 + j]) * size_t(D) + size_t(d)) * scale; }
+  __device__ float val(int64_t j, int64_t d) const { return key(j, d); }
+};
+
+template <typename Keys>
+__device__ void attend_row(const Keys& keys, const float* q /*smem [qk]*/, int64_t qk, int64_t dv,
+                           int64_t visible, float scale, void* o, Elem oe, size_t o_off, float* lse_out,
+                           float* scores /*smem [kThreads]*/, float* red) {
+  float acc[kMaxAcc];
+  for (int a = 0; a < kMaxAcc; ++a) acc[a] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j0 = 0; j0 < visible; j0 += kThreads) {
+    const int64_t j = j0 + threadIdx.x;
+    float s = -INFINITY;
+    if (j < visible) {
+      float d = 0.f;
+      for (int64_t c = 0; c < qk; ++c) d += q[c] * keys.key(j, c);
+      s = d * scale;
+    }
+    const float cm = block_reduce(s, true, red);
+    const float mn = fmaxf(m, cm);
+    const float p = j < visible ? expf(s - mn) : 0.f;
+    __syncthreads();
+    scores[threadIdx.x] = p;
+    const float ps = block_reduce(p, false, red);
+    const float alpha = m == -INFINITY ? 0.f : expf(m - mn);
+    l = l * alpha + ps;
+    m = mn;
+    const int64_t n = visible - j0 < kThreads ? visible - j0 : kThreads;
+    for (int a = 0; a < kMaxAcc; ++a) {
+      const int64_t d = threadIdx.x + int64_t(a) * kThreads;
+      if (d >= dv) break;
+      float v = acc[a] * alpha;
+      for (int64_t jj = 0; jj < n; ++jj) v += scores[jj] * keys.val(j0 + jj, d);
+      acc[a] = v;
+    }
+    __syncthreads();
+  }
+  for (int a = 0; a < kMaxAcc; ++a) {
+    const int64_t d = threadIdx.x + int64_t(a) * kThreads;
+    if (d >= dv) break;
+    store_elem(o, oe, o_off + size_t(d), visible > 0 ? acc[a] / l : 0.f);
+  }
+  if (threadIdx.x == 0) *lse_out = visible > 0 ? m + logf(l) : -INFINITY;
+}
+
+__device__ bool query_of(const DeviceSegments& seg, int64_t& t, int64_t& visible, int64_t& k0) {
+  const int r = blockIdx.z, i = blockIdx.x;
+  const int64_t qlen = seg.q_len[r], klen = seg.k_len[r];
+  if (i >= qlen) return false;
+  t = seg.q_start[r] + i;
+  k0 = seg.k_start[r];
+  const int64_t last = klen - qlen + i + 1;
+  visible = seg.causal ? (last < 0 ? 0 : (last > klen ? klen : last)) : klen;
+  return true;
+}
+
+__global__ void __launch_bounds__(kThreads) mha_generic_k(MhaParams p) {
+  extern __shared__ float smem[];
+  float *q = smem, *scores = smem + p.qk_dim, *red = scores + kThreads;
+  int64_t t, visible, k0;
+  if (!query_of(p.seg, t, visible, k0)) return;
+  const int64_t h = blockIdx.y, H = p.num_heads;
+  for (int64_t c = threadIdx.x; c < p.qk_dim; c += kThreads) q[c] = load_elem(p.q, p.elem, size_t((t * H + h) * p.qk_dim + c));
+  __syncthreads();
+  MhaKeys keys{p.k, p.v, p.elem, H, h, p.qk_dim, p.v_dim, k0};
+  attend_row(keys, q, p.qk_dim, p.v_dim, visible, p.softmax_scale, p.o, p.elem, size_t((t * H + h) * p.v_dim),
+             p.lse + t * H + h, scores, red);
+}
+
+__global__ void __launch_bounds__(kThreads) mla_generic_k(MlaParams p) {
+  extern __shared__ float smem[];
+  float *q = smem, *scores = smem + p.head_dim, *red = scores + kThreads;
+  int64_t t, visible, k0;
+  if (!query_of(p.seg, t, visible, k0)) return;
+  const int64_t h = blockIdx.y, H = p.num_heads;
+  for (int64_t c = threadIdx.x; c < p.head_dim; c += kThreads) q[c] = load_elem(p.q, p.q_elem, size_t((t * H + h) * p.head_dim + c));
+  __syncthreads();
+  MlaKeys keys{p.kv, p.kv_elem, p.kv_scale, p.kv_slots, p.head_dim, k0};
+  attend_row(keys, q, p.head_dim, p.v_dim, visible, p.softmax_scale, p.o, p.o_elem, size_t((t * H + h) * p.v_dim),
+             p.lse + t * H + h, scores, red);
+}
+
+}  // namespace
+
+void mha_attention_generic(const MhaParams& p) {
+  if (p.seg.num_requests == 0 || p.seg.max_q_len == 0) return;
+  const size_t smem = sizeof(float) * (p.qk_dim + kThreads + 32);
+  mha_generic_k<<<dim3(unsigned(p.seg.max_q_len), unsigned(p.num_heads), unsigned(p.seg.num_requests)), kThreads, smem, p.stream>>>(p);
+  MLA_CUDA_LAUNCH_CHECK();
+}
+
+void mla_attention_generic(const MlaParams& p) {
+  if (p.seg.num_requests == 0 || p.seg.max_q_len == 0) return;
+  const size_t smem = sizeof(float) * (p.head_dim + kThreads + 32);
+  mla_generic_k<<<dim3(unsigned(p.seg.max_q_len), unsigned(p.num_heads), unsigned(p.seg.num_requests)), kThreads, smem, p.stream>>>(p);
+  MLA_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace mla::cuda

@@ -1,0 +1,79 @@
+// Parameter structs and launchers of the CUDA attention kernels (one kernel family per .cu file).
+// Plain pointers, sizes and strides in elements; everything already checked by the caller; no host
+// synchronization inside (capturable in a CUDA graph).
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace mla::cuda {
+
+// Element types of the tensors a kernel reads or writes.
+enum class Elem : int { F32 = 0, BF16 = 1, FP8_E4M3FN = 2 };
+
+// Ragged segments on the device: request r's queries [q_start[r], +q_len[r]) attend keys
+// [k_start[r], +k_len[r]) (for MLA: indices into kv_slots). Causal masks align bottom-right:
+// query i of the request sees keys j <= k_len − q_len + i.
+struct DeviceSegments {
+  const int32_t* q_start;
+  const int32_t* q_len;
+  const int32_t* k_start;
+  const int32_t* k_len;
+  int32_t num_requests;
+  int32_t max_q_len;  // max over requests (host-known; sizes the grid)
+  int32_t max_k_len;
+  int32_t total_q;    // Σ q_len
+  bool causal;
+};
+
+// Scratch a split-KV kernel may use, preallocated by the caller (sized by *_workspace_bytes).
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// ---- MLA (absorbed) attention over the paged latent cache -------------------------------------
+// q [total_q, H, D] (D = kv_lora_rank + rope_dim = 576 for V3), rows of the pool
+// kv [num_slots, D] gathered through kv_slots; scores use the whole row, values are its first
+// kv_lora_rank (Dv) columns. o [total_q, H, Dv], lse [total_q, H] f32 natural log (−inf: no key).
+// fp8 rows are dequantized (× kv_scale) in registers.
+struct MlaParams {
+  const void* q;
+  Elem q_elem;
+  const void* kv;
+  Elem kv_elem;
+  float kv_scale;
+  const int32_t* kv_slots;
+  DeviceSegments seg;
+  int32_t num_heads;
+  int32_t head_dim;   // D (576)
+  int32_t v_dim;      // Dv (512)
+  float softmax_scale;
+  void* o;
+  Elem o_elem;
+  float* lse;
+  Workspace ws;
+  cudaStream_t stream;
+};
+// The general kernel (f32 or bf16 activations, any D ≤ 1024, CUDA cores): the exact path.
+void mla_attention_generic(const MlaParams& p);
+
+// ---- MHA attention (decompressed K/V), ragged -------------------------------------------------
+// q [total_q, H, Dqk], k [total_k, H, Dqk], v [total_k, H, Dv] → o [total_q, H, Dv], lse [total_q, H].
+struct MhaParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  Elem elem;  // q, k, v, o share it
+  DeviceSegments seg;
+  int32_t num_heads;
+  int32_t qk_dim;
+  int32_t v_dim;
+  float softmax_scale;
+  void* o;
+  float* lse;
+  cudaStream_t stream;
+};
+void mha_attention_generic(const MhaParams& p);
+
+}  // namespace mla::cuda

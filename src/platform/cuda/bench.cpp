@@ -1,0 +1,235 @@
+// The CUDA benchmark (see bench.h). Times kernels alone with CUDA events: warm-up, then the median
+// of `runs`, rotating input buffers so every run reads more than the L2 holds.
+#include "platform/cuda/bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "mla/attention.h"
+#include "mla/config.h"
+#include "mla/error.h"
+#include "mla/platform_ops.h"
+#include "platform/cuda/attention_kernels.h"
+#include "platform/cuda/cuda_check.h"
+#include "platform/cuda/elementwise.h"
+#include "platform/cuda/mha_prefill.h"
+#include "platform/cuda/mla_decode.h"
+
+namespace mla::cuda {
+namespace {
+
+using json = nlohmann::json;
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) { MLA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 16))); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+using Buf = std::unique_ptr<DeviceBuffer>;
+Buf alloc(size_t n) { return std::make_unique<DeviceBuffer>(n); }
+
+template <typename T>
+Buf upload(const std::vector<T>& v, cudaStream_t s) {
+  Buf b = alloc(v.size() * sizeof(T));
+  MLA_CUDA_CHECK(cudaMemcpyAsync(b->p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+  return b;
+}
+
+// Median time in µs of fn(i) over `runs` runs after `warm` warm-ups; fn gets the run index.
+template <typename F>
+double time_us(cudaStream_t s, int runs, F&& fn, int warm = 3) {
+  cudaEvent_t a, b;
+  MLA_CUDA_CHECK(cudaEventCreate(&a));
+  MLA_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) fn(i);
+  std::vector<float> ms;
+  for (int i = 0; i < runs; ++i) {
+    MLA_CUDA_CHECK(cudaEventRecord(a, s));
+    fn(i);
+    MLA_CUDA_CHECK(cudaEventRecord(b, s));
+    MLA_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    MLA_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return double(ms[ms.size() / 2]) * 1e3;
+}
+
+struct Ceilings {
+  double copy_gbs = 0, gemm_tflops = 0;
+};
+
+Ceilings measure_ceilings(cudaStream_t s, int runs) {
+  Ceilings c;
+  const size_t n = size_t(2) << 30;  // 2 GiB each way
+  Buf src = alloc(n), dst = alloc(n);
+  MLA_CUDA_CHECK(cudaMemsetAsync(src->p, 1, n, s));
+  const double us = time_us(s, runs, [&](int) { MLA_CUDA_CHECK(cudaMemcpyAsync(dst->p, src->p, n, cudaMemcpyDeviceToDevice, s)); });
+  c.copy_gbs = 2.0 * double(n) / (us * 1e-6) / 1e9;
+  const int m = 8192;
+  Buf A = alloc(size_t(m) * m * 2), B = alloc(size_t(m) * m * 2), C = alloc(size_t(m) * m * 2);
+  fill_random(A->p, Elem::BF16, size_t(m) * m, 1, 1.f, s);
+  fill_random(B->p, Elem::BF16, size_t(m) * m, 2, 1.f, s);
+  cublasHandle_t h;
+  MLA_CUBLAS_CHECK(cublasCreate(&h));
+  MLA_CUBLAS_CHECK(cublasSetStream(h, s));
+  const float one = 1.f, zero = 0.f;
+  const double gus = time_us(s, runs, [&](int) {
+    MLA_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, A->p, CUDA_R_16BF, m, B->p, CUDA_R_16BF, m,
+                                  &zero, C->p, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
+  cublasDestroy(h);
+  c.gemm_tflops = 2.0 * m * double(m) * m / (gus * 1e-6) / 1e12;
+  return c;
+}
+
+json row(const std::string& name, double us, double flops, double bytes, const Ceilings& c) {
+  const double tf = flops / (us * 1e-6) / 1e12, gbs = bytes / (us * 1e-6) / 1e9;
+  return {{"name", name}, {"us", us}, {"tflops", tf}, {"gbs", gbs},
+          {"frac_gemm", tf / c.gemm_tflops}, {"frac_copy", gbs / c.copy_gbs}};
+}
+
+// MLA decode: b requests × s_q query tokens × h heads against s_k latent rows each (page 64,
+// pages shuffled over the pool), bf16 or fp8 rows. Enough pool copies to exceed the L2.
+json bench_mla(int h, int b, int sk, int sq, Elem kv, const Ceilings& c, int runs, cudaStream_t s) {
+  const int D = 576, Dv = 512, page = 64;
+  const int pages_per = (sk + page - 1) / page;
+  const int64_t slots = int64_t(b) * pages_per * page;
+  const size_t kv_bytes = size_t(slots) * D * (kv == Elem::BF16 ? 2 : 1);
+  const int copies = int(std::clamp<size_t>((size_t(200) << 20) / std::max<size_t>(kv_bytes, 1), 1, 8));
+  std::vector<Buf> pools;
+  for (int i = 0; i < copies; ++i) {
+    pools.push_back(alloc(kv_bytes));
+    fill_random(pools.back()->p, kv, size_t(slots) * D, 10 + i, kv == Elem::BF16 ? 1.f : 8.f, s);
+  }
+  std::vector<int32_t> perm(size_t(b) * pages_per);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+  std::vector<int32_t> kv_slots, qs, ql, ks, kl;
+  for (int r = 0; r < b; ++r) {
+    qs.push_back(r * sq), ql.push_back(sq), ks.push_back(int32_t(kv_slots.size())), kl.push_back(sk);
+    for (int t = 0; t < sk; ++t) kv_slots.push_back(perm[size_t(r) * pages_per + t / page] * page + t % page);
+  }
+  Buf dslots = upload(kv_slots, s), dqs = upload(qs, s), dql = upload(ql, s), dks = upload(ks, s), dkl = upload(kl, s);
+  const int T = b * sq;
+  Buf q = alloc(size_t(T) * h * D * 2), o = alloc(size_t(T) * h * Dv * 2), lse = alloc(size_t(T) * h * 4);
+  fill_random(q->p, Elem::BF16, size_t(T) * h * D, 3, 1.f, s);
+  int sms = 132;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  Buf ws = alloc(mla_fast_workspace_bytes(T, h, sms));
+  MlaParams p{q->p, Elem::BF16, pools[0]->p, kv, 1.f, static_cast<int32_t*>(dslots->p),
+              {static_cast<int32_t*>(dqs->p), static_cast<int32_t*>(dql->p), static_cast<int32_t*>(dks->p),
+               static_cast<int32_t*>(dkl->p), b, sq, sk, T, true},
+              h, D, Dv, 0.1352f, o->p, Elem::BF16, static_cast<float*>(lse->p), {ws->p, ws->bytes}, s};
+  if (!mla_fast_supports(p)) fail("bench: the fast MLA kernel does not support h {}", h);
+  const double us = time_us(s, runs, [&](int i) {
+    p.kv = pools[size_t(i) % pools.size()]->p;
+    mla_attention_fast(p);
+  });
+  const double flops = 2.0 * b * sq * double(h) * sk * (D + Dv);
+  const double bytes = double(b) * sk * D * (kv == Elem::BF16 ? 2 : 1) + double(T) * h * (D + Dv) * 2;
+  json j = row(fmt::format("mla_decode h{} b{} sk{} sq{} {}", h, b, sk, sq, kv == Elem::BF16 ? "bf16" : "fp8"), us, flops, bytes, c);
+  j.update({{"h", h}, {"b", b}, {"s_k", sk}, {"s_q", sq}, {"kv", kv == Elem::BF16 ? "bf16" : "fp8"}});
+  return j;
+}
+
+// MHA prefill, 128 heads, 192/128: `sq` new tokens attending `sk` keys (causal bottom-right) or a
+// prefix chunk (no mask).
+json bench_mha(const std::string& kind, int sq, int sk, bool causal, const Ceilings& c, int runs, cudaStream_t s) {
+  const int H = 128, Dqk = 192, Dv = 128;
+  Buf q = alloc(size_t(sq) * H * Dqk * 2), k = alloc(size_t(sk) * H * Dqk * 2), v = alloc(size_t(sk) * H * Dv * 2);
+  Buf o = alloc(size_t(sq) * H * Dv * 2), lse = alloc(size_t(sq) * H * 4);
+  fill_random(q->p, Elem::BF16, size_t(sq) * H * Dqk, 4, 1.f, s);
+  fill_random(k->p, Elem::BF16, size_t(sk) * H * Dqk, 5, 1.f, s);
+  fill_random(v->p, Elem::BF16, size_t(sk) * H * Dv, 6, 1.f, s);
+  std::vector<int32_t> seg = {0, sq, 0, sk};
+  Buf d = upload(seg, s);
+  const int32_t* di = static_cast<const int32_t*>(d->p);
+  MhaParams p{q->p, k->p, v->p, Elem::BF16, {di, di + 1, di + 2, di + 3, 1, sq, sk, sq, causal}, H, Dqk, Dv, 0.1352f,
+              o->p, static_cast<float*>(lse->p), s};
+  if (!mha_fast_supports(p)) fail("bench: the fast MHA kernel does not support 192/128");
+  const double us = time_us(s, runs, [&](int) { mha_attention_fast(p); });
+  const double avg_keys = causal ? (std::max(0, sk - sq) + double(sk)) / 2 : double(sk);
+  const double flops = 2.0 * H * double(sq) * avg_keys * (Dqk + Dv);
+  const double bytes = (double(sq) * H * (Dqk + Dv) + double(sk) * H * (Dqk + Dv)) * 2;
+  json j = row(fmt::format("mha_prefill {} s_q{} s_k{}", kind, sq, sk), us, flops, bytes, c);
+  j.update({{"s_q", sq}, {"s_k", sk}, {"causal", causal}});
+  return j;
+}
+
+// One whole DeepSeek-V3 attention layer through the platform's ops (bf16, bf16 KV, page 64).
+json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, int fresh, const Ceilings& c, int runs) {
+  AttentionConfig cfg = preset_config("deepseek-v3");
+  std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, DType::BF16);
+  AttentionWeights w = random_attention_weights(cfg, 5, DType::BF16);
+  AttentionLayer layer(cfg, w, *ops);
+  const int64_t per = (prefix + fresh + 63) / 64 * 64;
+  KVPool pool({1, cfg.kv_row_dim(), DType::BF16, 64, b * per / 64}, [&](DType d, Shape sh) { return ops->empty(d, std::move(sh)); });
+  ops->fill(pool.buffer(0), 0.5);
+  Batch batch{mode, {}};
+  for (int r = 0; r < b; ++r) {
+    pool.reserve(r, prefix + fresh);
+    batch.requests.push_back({r, prefix, fresh});
+  }
+  BatchPlan plan = plan_batch(batch, pool);
+  Tensor x = ops->empty(DType::BF16, {plan.num_tokens, cfg.hidden_size});
+  fill_random(x.data(), Elem::BF16, size_t(x.numel()), 9, 1.f, nullptr);
+  ops->synchronize();
+  cudaStream_t s = nullptr;  // the layer runs on the ops' stream; events on the legacy stream order with it
+  DispatchSettings ds;
+  ForwardMethod m = dispatch(BatchSummary::of(batch), ds, Platform::CUDA).resolved;
+  const double us = time_us(s, runs, [&](int) {
+    layer.forward(x, plan, pool, 0, m, ds);
+    ops->synchronize();
+  }, 1);
+  json j = {{"name", name}, {"us", us}, {"method", method_name(m)}};
+  (void)c;
+  return j;
+}
+
+}  // namespace
+
+json run_bench(const BenchOptions& o) {
+  cudaStream_t s;
+  MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  MLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int runs = o.quick ? 5 : o.runs;
+  Ceilings c = measure_ceilings(s, runs);
+  json out = {{"device", prop.name}, {"sms", prop.multiProcessorCount},
+              {"ceilings", {{"copy_gbs", c.copy_gbs}, {"gemm_bf16_tflops", c.gemm_tflops}}}};
+  json mla = json::array(), mha = json::array(), layers = json::array();
+  const std::vector<int> heads = {128, 16}, batches = o.quick ? std::vector<int>{1, 128} : std::vector<int>{1, 16, 128};
+  const std::vector<int> lens = o.quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 16384};
+  for (int h : heads)
+    for (int b : batches)
+      for (int sk : lens)
+        for (int sq : {1, 2})
+          for (Elem kv : {Elem::BF16, Elem::FP8_E4M3FN}) mla.push_back(bench_mla(h, b, sk, sq, kv, c, runs, s));
+  for (int sl : lens) {
+    mha.push_back(bench_mha("causal", sl, sl, true, c, runs, s));
+    mha.push_back(bench_mha("one_shot_prefix", sl / 4, sl, true, c, runs, s));
+    mha.push_back(bench_mha("prefix_chunk", sl / 4, sl, false, c, runs, s));
+  }
+  layers.push_back(bench_layer("layer decode b128 s4096 (V3)", ForwardMode::DECODE, 128, 4095, 1, c, o.quick ? 3 : 10));
+  layers.push_back(bench_layer("layer prefill s4096 (V3)", ForwardMode::EXTEND, 1, 0, 4096, c, o.quick ? 2 : 5));
+  out["mla_decode"] = mla;
+  out["mha_prefill"] = mha;
+  out["layer"] = layers;
+  cudaStreamDestroy(s);
+  return out;
+}
+
+}  // namespace mla::cuda

@@ -1,0 +1,16 @@
+// The CUDA benchmark: measures its own ceilings (device copy bandwidth, a large cuBLAS bf16 GEMM)
+// in the same process, then times MLA decode, MHA prefill and whole layers on DeepSeek-V3 shapes.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace mla::cuda {
+
+struct BenchOptions {
+  bool quick = false;  // fewer shapes and runs (a smoke test)
+  int runs = 20;       // timed runs per row (median reported)
+};
+nlohmann::json run_bench(const BenchOptions& o);
+
+}  // namespace mla::cuda

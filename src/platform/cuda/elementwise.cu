@@ -1,0 +1,223 @@
+// The small CUDA kernels: memory-bound, one thread per element (or a block per row for norms),
+// float math, element types chosen at run time.
+#include <cmath>
+
+#include "platform/cuda/cuda_check.h"
+#include "platform/cuda/elem.cuh"
+#include "platform/cuda/elementwise.h"
+
+namespace mla::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void fill_k(void* p, Elem e, size_t n, float v) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) store_elem(p, e, i, v);
+}
+
+__device__ __forceinline__ float hash_uniform(uint64_t x) {  // splitmix64 → [0, 1)
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return float(x >> 40) * (1.0f / 16777216.0f);
+}
+
+__global__ void fill_random_k(void* p, Elem e, size_t n, uint64_t seed, float scale) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint64_t b = seed * 0x100000001b3ull + i * 4;  // sum of 4 uniforms ≈ normal (Irwin–Hall)
+  const float v = hash_uniform(b) + hash_uniform(b + 1) + hash_uniform(b + 2) + hash_uniform(b + 3) - 2.0f;
+  store_elem(p, e, i, v * 1.7320508f * scale);
+}
+
+__global__ void convert_k(const void* src, Elem se, void* dst, Elem de, size_t n) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) store_elem(dst, de, i, load_elem(src, se, i));
+}
+
+__global__ void rmsnorm_k(void* x, Elem e, int64_t ld, int64_t n, const void* w, Elem we, float eps) {
+  const size_t row = size_t(blockIdx.x) * size_t(ld);
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = load_elem(x, e, row + i);
+    ss += v * v;
+  }
+  __shared__ float part[32];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    ss = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (threadIdx.x == 0) part[0] = ss;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(part[0] / float(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    store_elem(x, e, row + i, load_elem(x, e, row + i) * inv * load_elem(w, we, i));
+}
+
+__global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,
+                       const int32_t* pos, const double* inv_freq, int64_t half, double af,
+                       bool interleave) {
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= size_t(T * heads * half)) return;
+  const int64_t i = int64_t(idx % half), th = int64_t(idx / half), t = th / heads;
+  double sn, cs;
+  sincos(double(pos[t]) * inv_freq[i], &sn, &cs);
+  const float c = float(cs * af), s = float(sn * af);
+  const size_t base = size_t(th) * head_dim + off;
+  const size_t i0 = base + (interleave ? 2 * i : i), i1 = base + (interleave ? 2 * i + 1 : i + half);
+  const float x0 = load_elem(x, e, i0), x1 = load_elem(x, e, i1);
+  store_elem(x, e, i0, x0 * c - x1 * s);
+  store_elem(x, e, i1, x0 * s + x1 * c);
+}
+
+__global__ void copy_cols_k(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Elem de,
+                            int64_t dld, int64_t d0, int64_t M, int64_t n) {
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= size_t(M * n)) return;
+  const int64_t m = int64_t(idx / n), c = int64_t(idx % n);
+  store_elem(dst, de, size_t(m * dld + d0 + c), load_elem(src, se, size_t(m * sld + s0 + c)));
+}
+
+__global__ void build_kv_k(const void* kv, const void* rows, Elem re, int64_t row_dim, Elem e,
+                           int64_t S, int64_t H, int64_t L, int64_t dn, int64_t dr, int64_t dv,
+                           void* k, void* v) {
+  const int64_t w = dn + dr + dv;  // outputs per (s, h)
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= size_t(S * H * w)) return;
+  const int64_t sh = int64_t(idx / w), c = int64_t(idx % w), s = sh / H;
+  if (c < dn) store_elem(k, e, size_t(sh * (dn + dr) + c), load_elem(kv, e, size_t(sh * (dn + dv) + c)));
+  else if (c < dn + dr) store_elem(k, e, size_t(sh * (dn + dr) + c), load_elem(rows, re, size_t(s * row_dim + L + c - dn)));
+  else store_elem(v, e, size_t(sh * dv + c - dn - dr), load_elem(kv, e, size_t(sh * (dn + dv) + dn + c - dn - dr)));
+}
+
+__global__ void gather_rows_k(const void* table, Elem te, const int32_t* ids, int64_t n, int64_t d,
+                              void* out, Elem oe) {
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= size_t(n * d)) return;
+  const int64_t i = int64_t(idx / d), c = int64_t(idx % d);
+  store_elem(out, oe, idx, load_elem(table, te, size_t(ids[i]) * size_t(d) + size_t(c)));
+}
+
+// One thread per column; entries in order, so repeated rows add deterministically.
+__global__ void scatter_add_rows_k(const void* src, Elem se, const int32_t* rows, const float* w,
+                                   int64_t n, int64_t d, void* out, Elem oe) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= d) return;
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t o = size_t(rows[i]) * size_t(d) + size_t(c);
+    store_elem(out, oe, o, load_elem(out, oe, o) + w[i] * load_elem(src, se, size_t(i * d + c)));
+  }
+}
+
+__global__ void add_k(void* x, Elem xe, const void* y, Elem ye, size_t n) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) store_elem(x, xe, i, load_elem(x, xe, i) + load_elem(y, ye, i));
+}
+
+__global__ void silu_mul_k(const void* g, const void* u, Elem e, void* out, size_t n) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = load_elem(g, e, i);
+  store_elem(out, e, i, x / (1.f + expf(-x)) * load_elem(u, e, i));
+}
+
+__global__ void merge_k(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d) {
+  const int64_t r = blockIdx.x;
+  const float sa = lse[r], sb = lseb[r];
+  if (sb == -INFINITY) return;  // an empty part is the identity
+  const float m = fmaxf(sa, sb);
+  const float wa = sa == -INFINITY ? 0.f : expf(sa - m), wb = expf(sb - m), ws = wa + wb;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    const size_t i = size_t(r * d + c);
+    const float a = sa == -INFINITY ? 0.f : load_elem(o, e, i);
+    store_elem(o, e, i, (wa * a + wb * load_elem(ob, e, i)) / ws);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) lse[r] = m + logf(ws);
+}
+
+__global__ void cache_write_k(const void* rows, Elem re, void* pool, Elem pe, const int32_t* slots,
+                              int64_t T, int64_t D, float inv_scale) {
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= size_t(T * D)) return;
+  const int64_t t = int64_t(idx / D), c = int64_t(idx % D);
+  store_elem(pool, pe, size_t(slots[t]) * size_t(D) + size_t(c), load_elem(rows, re, idx) * inv_scale);
+}
+
+__global__ void cache_read_k(const void* pool, Elem pe, const int32_t* slots, int64_t T, int64_t D,
+                             float scale, void* rows, Elem re) {
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= size_t(T * D)) return;
+  const int64_t t = int64_t(idx / D), c = int64_t(idx % D);
+  store_elem(rows, re, idx, load_elem(pool, pe, size_t(slots[t]) * size_t(D) + size_t(c)) * scale);
+}
+
+}  // namespace
+
+#define MLA_LAUNCH(kernel, n, stream, ...)                                                \
+  do {                                                                                    \
+    if ((n) > 0) {                                                                        \
+      kernel<<<blocks_for(size_t(n), kThreads), kThreads, 0, stream>>>(__VA_ARGS__);      \
+      MLA_CUDA_LAUNCH_CHECK();                                                            \
+    }                                                                                     \
+  } while (0)
+
+void fill(void* p, Elem e, size_t n, float v, cudaStream_t s) { MLA_LAUNCH(fill_k, n, s, p, e, n, v); }
+void fill_random(void* p, Elem e, size_t n, uint64_t seed, float scale, cudaStream_t s) {
+  MLA_LAUNCH(fill_random_k, n, s, p, e, n, seed, scale);
+}
+void convert(const void* src, Elem se, void* dst, Elem de, size_t n, cudaStream_t s) {
+  MLA_LAUNCH(convert_k, n, s, src, se, dst, de, n);
+}
+void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps, cudaStream_t s) {
+  if (M == 0) return;
+  rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(x, e, ld, n, w, we, eps);
+  MLA_CUDA_LAUNCH_CHECK();
+}
+void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off, const int32_t* positions,
+          const double* inv_freq, int64_t half, double af, bool interleave, cudaStream_t s) {
+  MLA_LAUNCH(rope_k, T * heads * half, s, x, e, T, heads, head_dim, off, positions, inv_freq, half, af, interleave);
+}
+void take_cols(const void* x, Elem e, int64_t M, int64_t ld, int64_t c0, int64_t n, void* out, cudaStream_t s) {
+  copy_cols(x, e, ld, c0, out, e, n, 0, M, n, s);
+}
+void copy_cols(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Elem de, int64_t dld, int64_t d0,
+               int64_t M, int64_t n, cudaStream_t s) {
+  MLA_LAUNCH(copy_cols_k, M * n, s, src, se, sld, s0, dst, de, dld, d0, M, n);
+}
+void build_kv(const void* kv, const void* rows, Elem re, int64_t row_dim, Elem e, int64_t S, int64_t H, int64_t L,
+              int64_t dn, int64_t dr, int64_t dv, void* k, void* v, cudaStream_t s) {
+  MLA_LAUNCH(build_kv_k, S * H * (dn + dr + dv), s, kv, rows, re, row_dim, e, S, H, L, dn, dr, dv, k, v);
+}
+void gather_rows(const void* table, Elem te, const int32_t* ids, int64_t n, int64_t d, void* out, Elem oe,
+                 cudaStream_t s) {
+  MLA_LAUNCH(gather_rows_k, n * d, s, table, te, ids, n, d, out, oe);
+}
+void scatter_add_rows(const void* src, Elem se, const int32_t* rows, const float* w, int64_t n, int64_t d,
+                      void* out, Elem oe, cudaStream_t s) {
+  if (n > 0) MLA_LAUNCH(scatter_add_rows_k, d, s, src, se, rows, w, n, d, out, oe);
+}
+void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s) { MLA_LAUNCH(add_k, n, s, x, xe, y, ye, n); }
+void silu_mul(const void* g, const void* u, Elem e, void* out, size_t n, cudaStream_t s) {
+  MLA_LAUNCH(silu_mul_k, n, s, g, u, e, out, n);
+}
+void merge(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d, cudaStream_t s) {
+  if (n == 0) return;
+  merge_k<<<unsigned(n), 128, 0, s>>>(o, e, lse, ob, lseb, n, d);
+  MLA_CUDA_LAUNCH_CHECK();
+}
+void cache_write(const void* rows, Elem re, void* pool, Elem pe, const int32_t* slots, int64_t T, int64_t D,
+                 float scale, cudaStream_t s) {
+  MLA_LAUNCH(cache_write_k, T * D, s, rows, re, pool, pe, slots, T, D, 1.f / scale);
+}
+void cache_read(const void* pool, Elem pe, const int32_t* slots, int64_t T, int64_t D, float scale, void* rows,
+                Elem re, cudaStream_t s) {
+  MLA_LAUNCH(cache_read_k, T * D, s, pool, pe, slots, T, D, scale, rows, re);
+}
+
+}  // namespace mla::cuda

@@ -1,0 +1,739 @@
+// Flash-style MHA prefill (bf16, tensor cores): ragged requests, causal (bottom-right) or no mask,
+// o and natural-log LSE out. Two bodies (see mha_prefill.h):
+//   mha_mma_kernel   — any instantiated dims: mma.sync.m16n8k16, ldmatrix, cp.async double buffer.
+//   mha_wgmma_kernel — sm_90a, Dqk 192 / Dv 128: TMA producer warpgroup + two wgmma consumer ones.
+// Both walk a request's key tiles from the last (the masked diagonal) to the first, skip tiles the
+// causal mask hides entirely, and order blocks longest-first inside groups of heads that share L2.
+#include "platform/cuda/mha_prefill.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "platform/cuda/cuda_check.h"
+
+namespace mla::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- PTX helpers ----------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Two floats → packed bf16x2, `lo` in the low half (the lower column of an mma fragment).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <int BYTES>
+__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, bool ok) {
+  const int n = ok ? BYTES : 0;  // 0: zero-fill, read nothing
+  if constexpr (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// c[4] += a[16x16] · b[16x8] (bf16 in, f32 accumulate).
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- Work decomposition (shared by both bodies) ---------------------------------------------
+// Grid: x = m-blocks × heads, y = requests. Blocks start roughly in index order: heads go in
+// groups of `group` (their K/V stay in L2 together); inside a group the last query tiles (the
+// longest under a causal mask) come first.
+struct Work {
+  int r, h, m;
+};
+__device__ __forceinline__ Work decode_block(int mblocks, int H, int group) {
+  const int L = blockIdx.x;
+  const int per_sec = mblocks * group;
+  const int sec = L / per_sec;
+  const int gs = min(group, H - sec * group);
+  const int within = L - sec * per_sec;
+  return {int(blockIdx.y), sec * group + within % gs, mblocks - 1 - within / gs};
+}
+
+struct Req {
+  int q0, qlen, k0, klen;
+};
+__device__ __forceinline__ Req load_req(const DeviceSegments& s, int r) {
+  return {s.q_start[r], s.q_len[r], s.k_start[r], s.k_len[r]};
+}
+// Key tiles of width BN that query rows [m0, m0 + BM) of the request can see (later ones are
+// hidden by the causal mask and skipped).
+__device__ __forceinline__ int key_tiles(const Req& q, int m0, int BM, int BN, bool causal) {
+  if (q.klen <= 0) return 0;
+  int last = q.klen - 1;
+  if (causal) last = min(last, q.klen - q.qlen + min(q.qlen - 1, m0 + BM - 1));
+  return last < 0 ? 0 : last / BN + 1;
+}
+// Whether key tile n hides a key from some row in [m0, m0 + BM).
+__device__ __forceinline__ bool tile_needs_mask(const Req& q, int n, int m0, int BN, bool causal) {
+  return (n + 1) * BN > q.klen || (causal && (n + 1) * BN - 1 > q.klen - q.qlen + m0);
+}
+
+// o = 0, lse = −inf for query rows [m0, m0 + rows) of a request that sees no key.
+template <int DV>
+__device__ void write_empty_rows(const Req& q, int m0, int rows, int h, int H, bf16* o, float* lse,
+                                 int tid, int nthreads) {
+  const int n = min(rows, q.qlen - m0);
+  for (int i = tid; i < n * DV; i += nthreads) {
+    const int r = i / DV, c = i - r * DV;
+    o[(int64_t(q.q0 + m0 + r) * H + h) * DV + c] = __float2bfloat16(0.f);
+  }
+  for (int r = tid; r < n; r += nthreads) lse[int64_t(q.q0 + m0 + r) * H + h] = -INFINITY;
+}
+
+// ---- Softmax on mma/wgmma accumulator fragments ---------------------------------------------
+// A thread holds NB blocks of 8 key columns × 4 values: [0],[1] row r0 (cols 2·(lane%4) + 0/1),
+// [2],[3] row r0 + 8. Four lanes (a quad) share a row.
+
+// −inf where key j = key0 + col is outside [key_lo, klen) or after the causal diagonal.
+template <int NB>
+__device__ __forceinline__ void apply_mask(float (&s)[NB * 4], int lane, int key0, int key_lo, int klen,
+                                           int qi0, int diag, bool causal) {
+#pragma unroll
+  for (int i = 0; i < NB * 4; ++i) {
+    const int j = key0 + (i / 4) * 8 + (lane & 3) * 2 + (i & 1);
+    const int qi = qi0 + ((i >> 1) & 1) * 8;
+    const bool ok = j >= key_lo && j < klen && (!causal || j <= diag + qi);
+    if (!ok) s[i] = -INFINITY;
+  }
+}
+
+// One online-softmax step: raw scores s → p = exp(scale·s − running max) in place; mx, l (this
+// thread's partial row sums) updated; alpha = factor for the running output of each row.
+template <int NB>
+__device__ __forceinline__ void softmax_tile(float (&s)[NB * 4], float (&mx)[2], float (&l)[2],
+                                             float (&alpha)[2], float sl2) {
+  float tmax[2] = {mx[0], mx[1]};
+#pragma unroll
+  for (int i = 0; i < NB * 4; ++i) tmax[(i >> 1) & 1] = fmaxf(tmax[(i >> 1) & 1], s[i]);
+  float msc[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+    tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+    msc[r] = tmax[r] == -INFINITY ? 0.f : tmax[r] * sl2;  // a row with no key yet stays at 0
+    alpha[r] = ex2(mx[r] * sl2 - msc[r]);                 // mx = −inf → 0
+    mx[r] = tmax[r];
+  }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < NB * 4; ++i) {
+    const int r = (i >> 1) & 1;
+    const float e = ex2(fmaf(s[i], sl2, -msc[r]));
+    s[i] = e;
+    sum[r] += e;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+}
+
+// Normalizes and stores the two rows (qi0, qi0 + 8) a thread holds, where in [row_lo, qlen): o (NB
+// blocks of 8 columns, Dv = DV) and lse.
+template <int NB, int DV>
+__device__ __forceinline__ void store_rows(const float (&acc)[NB * 4], const float (&mx)[2],
+                                           const float (&l)[2], const Req& q, int qi0, int row_lo, int h,
+                                           int H, float scale, int lane, bf16* o, float* lse) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lt = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    const int qi = qi0 + 8 * r;
+    if (qi < row_lo || qi >= q.qlen) continue;
+    const float inv = lt > 0.f ? 1.f / lt : 0.f;
+    const int64_t row = int64_t(q.q0 + qi) * H + h;
+    bf16* orow = o + row * DV;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const int col = nb * 8 + (lane & 3) * 2;
+      if (col < DV)
+        *reinterpret_cast<__nv_bfloat162*>(orow + col) =
+            __floats2bfloat162_rn(acc[nb * 4 + 2 * r] * inv, acc[nb * 4 + 2 * r + 1] * inv);
+    }
+    if ((lane & 3) == 0) lse[row] = lt > 0.f ? mx[r] * scale + logf(lt) : -INFINITY;
+  }
+}
+
+// ==== Body 1: mma.sync (FA2 style), any instantiated dims ======================================
+// 4 warps × 16 query rows = 64 rows; 64-key tiles; Q A-fragments stay in registers; K and V tiles
+// double-buffered through cp.async; smem rows padded to an odd number of 16-byte units.
+template <int DQK, int DV>
+struct MmaCfg {
+  static_assert(DV % 2 == 0, "bf16x2 output stores");
+  static constexpr int BM = 64, BN = 64, kThreads = 128;
+  static constexpr int DQKP = (DQK + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16;
+  static constexpr int SQ = DQKP + 8, SV = DVP + 8;  // row strides (elements)
+  static constexpr int kSmemBytes = (BM * SQ + 2 * BN * SQ + 2 * BN * SV) * 2;
+};
+
+// rows [row0, row0 + ROWS) of head h of a [tokens, H, D] tensor → smem [ROWS][STRIDE]; rows past
+// nvalid are zero-filled.
+template <int D, int STRIDE, int ROWS, int NT>
+__device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int64_t row0, int nvalid,
+                                                int H, int h, int tid) {
+  constexpr int VEC = D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : 2;
+  constexpr int CPR = D / VEC;
+  for (int c = tid; c < ROWS * CPR; c += NT) {
+    const int r = c / CPR, cc = c - r * CPR;
+    const bool ok = r < nvalid;
+    const bf16* g = src + ((row0 + (ok ? r : 0)) * H + h) * D + cc * VEC;
+    cp_async<VEC * 2>(smem_u32(dst + r * STRIDE + cc * VEC), g, ok);
+  }
+}
+
+template <int DQK, int DV>
+__global__ void __launch_bounds__(128) mha_mma_kernel(const MhaParams p, int mblocks, int group) {
+  using C = MmaCfg<DQK, DV>;
+  constexpr int BM = C::BM, BN = C::BN, SQ = C::SQ, SV = C::SV, NT = C::kThreads;
+  extern __shared__ __align__(16) uint8_t smem_mma[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_mma);  // [BM][SQ]
+  bf16* sK = sQ + BM * SQ;                       // [2][BN][SQ]
+  bf16* sV = sK + 2 * BN * SQ;                   // [2][BN][SV]
+
+  const int H = p.num_heads;
+  const Work w = decode_block(mblocks, H, group);
+  const Req q = load_req(p.seg, w.r);
+  const int m0 = w.m * BM;
+  if (m0 >= q.qlen) return;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const bool causal = p.seg.causal;
+  const int n_tiles = key_tiles(q, m0, BM, BN, causal);
+  bf16* o = static_cast<bf16*>(p.o);
+  if (n_tiles == 0) {
+    write_empty_rows<DV>(q, m0, BM, w.h, H, o, p.lse, tid, NT);
+    return;
+  }
+  const bf16* gq = static_cast<const bf16*>(p.q);
+  const bf16* gk = static_cast<const bf16*>(p.k);
+  const bf16* gv = static_cast<const bf16*>(p.v);
+
+  // Padding columns (dims not a multiple of 16) stay zero: cp.async never writes them.
+  if constexpr (C::DQKP > DQK) {
+    constexpr int P = C::DQKP - DQK;
+    for (int i = tid; i < (BM + 2 * BN) * P; i += NT) sQ[(i / P) * SQ + DQK + i % P] = __float2bfloat16(0.f);
+  }
+  if constexpr (C::DVP > DV) {
+    constexpr int P = C::DVP - DV;
+    for (int i = tid; i < 2 * BN * P; i += NT) sV[(i / P) * SV + DV + i % P] = __float2bfloat16(0.f);
+  }
+  load_rows_async<DQK, SQ, BM, NT>(sQ, gq, q.q0 + m0, min(BM, q.qlen - m0), H, w.h, tid);
+  auto load_kv = [&](int n, int buf) {
+    const int nvalid = min(BN, q.klen - n * BN);
+    load_rows_async<DQK, SQ, BN, NT>(sK + buf * BN * SQ, gk, q.k0 + n * BN, nvalid, H, w.h, tid);
+    load_rows_async<DV, SV, BN, NT>(sV + buf * BN * SV, gv, q.k0 + n * BN, nvalid, H, w.h, tid);
+  };
+  load_kv(n_tiles - 1, 0);
+  cp_async_commit();
+
+  constexpr int NBO = C::DVP / 8, NBS = BN / 8, KQ = C::DQKP / 16;
+  float acc[NBO * 4];
+#pragma unroll
+  for (int i = 0; i < NBO * 4; ++i) acc[i] = 0.f;
+  float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  uint32_t qf[KQ][4];
+  const float sl2 = p.softmax_scale * kLog2e;
+  const int qi0 = m0 + warp * 16 + (lane >> 2);
+  const int diag = q.klen - q.qlen;
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int n = n_tiles - 1 - it, buf = it & 1;
+    if (it + 1 < n_tiles) {
+      load_kv(n - 1, buf ^ 1);  // that buffer was released by the previous iteration's barrier
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (it == 0) {
+#pragma unroll
+      for (int kk = 0; kk < KQ; ++kk)
+        ldmatrix_x4(qf[kk], smem_u32(sQ + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * SQ +
+                                     kk * 16 + (lane >> 4) * 8));
+    }
+    const bf16* ks = sK + buf * BN * SQ;
+    const bf16* vs = sV + buf * BN * SV;
+
+    // S[16 x BN] = Q Kᵀ
+    float s[NBS * 4];
+#pragma unroll
+    for (int i = 0; i < NBS * 4; ++i) s[i] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk) {
+#pragma unroll
+      for (int nb2 = 0; nb2 < BN / 16; ++nb2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_u32(ks + (nb2 * 16 + (lane >> 4) * 8 + (lane & 7)) * SQ + kk * 16 +
+                                ((lane >> 3) & 1) * 8));
+        mma_bf16(&s[(2 * nb2) * 4], qf[kk], b[0], b[1]);
+        mma_bf16(&s[(2 * nb2 + 1) * 4], qf[kk], b[2], b[3]);
+      }
+    }
+    if (tile_needs_mask(q, n, m0, BN, causal)) apply_mask<NBS>(s, lane, n * BN, n * BN, q.klen, qi0, diag, causal);
+    float alpha[2];
+    softmax_tile<NBS>(s, mx, l, alpha, sl2);
+#pragma unroll
+    for (int i = 0; i < NBO * 4; ++i) acc[i] *= alpha[(i >> 1) & 1];
+
+    // O[16 x DVP] += P V, P straight from the S registers
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint32_t a[4] = {pack_bf16(s[8 * kk + 0], s[8 * kk + 1]), pack_bf16(s[8 * kk + 2], s[8 * kk + 3]),
+                             pack_bf16(s[8 * kk + 4], s[8 * kk + 5]), pack_bf16(s[8 * kk + 6], s[8 * kk + 7])};
+#pragma unroll
+      for (int nb2 = 0; nb2 < C::DVP / 16; ++nb2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, smem_u32(vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * SV + nb2 * 16 +
+                                      (lane >> 4) * 8));
+        mma_bf16(&acc[(2 * nb2) * 4], a, b[0], b[1]);
+        mma_bf16(&acc[(2 * nb2 + 1) * 4], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // this buffer is refilled two iterations on
+  }
+  store_rows<NBO, DV>(acc, mx, l, q, qi0, m0, w.h, H, p.softmax_scale, lane, o, p.lse);
+}
+
+// ==== Body 2: wgmma + TMA (sm_90a), Dqk 192 / Dv 128 ==========================================
+// 384 threads: warpgroup 0 is the TMA producer (one thread; its registers go to the others through
+// setmaxnreg), warpgroups 1 and 2 the consumers (64 query rows each). Tiles: Q [128 x 192] once; K [128 x 192] and V [128 x 128] in two stages. Every tile
+// is stored as [128 rows][64 cols] chunks of 128-byte rows with the 128-byte swizzle (the layout
+// TMA writes and wgmma reads): K-major for Q and K, MN-major (keys as rows) for V.
+// Per tile and warpgroup: S = Q Kᵀ (12 × m64n128k16, both from smem), online softmax in registers,
+// O += P V (8 × m64n128k16, P from registers). With kOverlap the product Q K(n+1)ᵀ and P(n) V(n)
+// run on the tensor cores while the softmax of tile n+1 runs (FA3's intra-warpgroup overlap); the
+// two warpgroups already interleave without it, and on the H200 the plain loop measured faster.
+namespace hopper {
+constexpr int BM = 128, BN = 128, DQK = 192, DV = 128, kThreads = 384;
+constexpr int kChunk = 128 * 128;       // bytes of one [128][64] bf16 chunk
+constexpr int kQBytes = 3 * kChunk;     // 49152
+constexpr int kKBytes = 3 * kChunk;     // 49152
+constexpr int kVBytes = 2 * kChunk;     // 32768
+constexpr int kSmemBytes = 1024 /*alignment slack*/ + kQBytes + 2 * kKBytes + 2 * kVBytes + 64 /*barriers*/;
+// Barriers (8 bytes each): 0 Q full; 1,2 K full; 3,4 V full; 5,6 stage empty.
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int phase) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(phase)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins register values after a wgmma wait (the compiler must not move their uses above it).
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// Shared-memory matrix descriptor, 128-byte swizzle.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+
+// D[64x128] (+)= A[64x16] (smem desc, K-major) · B[16x128] (smem desc, K-major).
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// D[64x128] += A[64x16] (registers, the mma.m16n8k16 A layout per warp) · B[16x128] (smem desc,
+// MN-major when kTransB).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(kTransB));
+}
+
+// First key of tile n: the last tile ends at klen (it then overlaps the previous one; keys below
+// n·BN are masked), so no TMA box reaches past the request's keys. Likewise the last query tile
+// ends at qlen (rows below m0 are computed, then dropped).
+__device__ __forceinline__ int tile_key0(const Req& q, int n) {
+  return (n + 1) * BN > q.klen ? q.klen - BN : n * BN;
+}
+__device__ __forceinline__ int tile_query0(const Req& q, int m0) { return m0 + BM > q.qlen ? q.qlen - BM : m0; }
+
+template <bool kOverlap, bool kPingpong>
+__global__ void __launch_bounds__(kThreads, 1)
+    mha_wgmma_kernel(const __grid_constant__ CUtensorMap tmq, const __grid_constant__ CUtensorMap tmk,
+                     const __grid_constant__ CUtensorMap tmv, const MhaParams p, int mblocks, int group) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_wg[];
+  const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u;
+  const uint32_t sQ = base, sK = sQ + kQBytes, sV = sK + 2 * kKBytes, bars = sV + 2 * kVBytes;
+  auto bar = [&](int i) { return bars + 8u * i; };
+
+  const int H = p.num_heads;
+  const Work w = decode_block(mblocks, H, group);
+  const Req q = load_req(p.seg, w.r);
+  const int m0 = w.m * BM;
+  if (m0 >= q.qlen) return;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const bool causal = p.seg.causal;
+  const int n_tiles = key_tiles(q, m0, BM, BN, causal);
+  bf16* o = static_cast<bf16*>(p.o);
+  if (n_tiles == 0) {
+    write_empty_rows<DV>(q, m0, BM, w.h, H, o, p.lse, tid, kThreads);
+    return;
+  }
+  if (tid == 0) {
+    mbar_init(bar(0), 1);
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(bar(1 + s), 1);
+      mbar_init(bar(3 + s), 1);
+      mbar_init(bar(5 + s), 256);  // every consumer thread releases the stage
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp < 4) {  // ---- producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 0 && lane == 0) {
+      mbar_expect_tx(bar(0), kQBytes);
+      for (int c = 0; c < 3; ++c) tma_load_3d(sQ + c * kChunk, &tmq, bar(0), c * 64, w.h, q.q0 + tile_query0(q, m0));
+      for (int it = 0; it < n_tiles; ++it) {
+        const int s = it & 1;
+        if (it >= 2) mbar_wait(bar(5 + s), ((it >> 1) - 1) & 1);
+        const int krow = q.k0 + tile_key0(q, n_tiles - 1 - it);
+        mbar_expect_tx(bar(1 + s), kKBytes);
+        for (int c = 0; c < 3; ++c) tma_load_3d(sK + s * kKBytes + c * kChunk, &tmk, bar(1 + s), c * 64, w.h, krow);
+        mbar_expect_tx(bar(3 + s), kVBytes);
+        for (int c = 0; c < 2; ++c) tma_load_3d(sV + s * kVBytes + c * kChunk, &tmv, bar(3 + s), c * 64, w.h, krow);
+      }
+    }
+  } else {
+  // ---- consumers: warpgroup wg owns query rows [64·wg, +64) of the tile
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = (warp >> 2) - 1, wl = warp & 3;
+  const int qi0 = tile_query0(q, m0) + wg * 64 + wl * 16 + (lane >> 2);
+  const int diag = q.klen - q.qlen;
+  const float sl2 = p.softmax_scale * kLog2e;
+  const uint32_t qbase = sQ + wg * 64 * 128;
+  float acc[64], s[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = s[i] = 0.f;
+  float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  uint32_t pf[8][4];  // P as wgmma A fragments, 8 steps of 16 keys
+
+  auto issue_qk = [&](int st) {  // S = Q K(st)ᵀ
+    const uint32_t kb = sK + st * kKBytes;
+#pragma unroll
+    for (int kk = 0; kk < 12; ++kk) {
+      const uint32_t off = (kk >> 2) * kChunk + (kk & 3) * 32;
+      wgmma_ss(s, sw128_desc(qbase + off, 16, 1024), sw128_desc(kb + off, 16, 1024), kk > 0);
+    }
+  };
+  auto issue_pv = [&](int st) {  // O += P V(st)
+    const uint32_t vb = sV + st * kVBytes;
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      // MN-major: LBO = stride between the 64-column chunks, SBO = between 8-key groups
+      wgmma_rs<1>(acc, pf[kk], sw128_desc(vb + kk * 2048, kChunk, 1024));
+    }
+  };
+  auto softmax = [&](int it, float (&alpha)[2]) {
+    const int n = n_tiles - 1 - it;
+    if (tile_needs_mask(q, n, m0, BN, causal))
+      apply_mask<16>(s, lane, tile_key0(q, n), n * BN, q.klen, qi0, diag, causal);
+    softmax_tile<16>(s, mx, l, alpha, sl2);
+  };
+  auto to_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      pf[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+      pf[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      pf[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      pf[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  auto rescale = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] *= alpha[(i >> 1) & 1];
+  };
+  // kPingpong: the two warpgroups take turns issuing their products (named barriers 1 and 2), so
+  // one's softmax runs under the other's matrix work. Warpgroup 1 opens with a token for
+  // warpgroup 0 and skips its last hand-over, so every barrier phase completes.
+  auto turn_wait = [&] {
+    if constexpr (kPingpong) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
+  };
+  auto turn_pass = [&] {
+    if constexpr (kPingpong) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
+  };
+  if (wg == 1) turn_pass();
+
+  mbar_wait(bar(0), 0);
+  if constexpr (kOverlap) {
+    mbar_wait(bar(1), 0);
+    turn_wait();
+    wg_fence();
+    issue_qk(0);
+    wg_commit();
+    turn_pass();
+    wg_wait<0>();
+    reg_fence(s);
+    {
+      float alpha[2];
+      softmax(0, alpha);  // acc is still 0
+    }
+    to_p();
+    for (int it = 1; it < n_tiles; ++it) {
+      const int st = it & 1, ph = (it >> 1) & 1, pst = st ^ 1, pph = ((it - 1) >> 1) & 1;
+      mbar_wait(bar(1 + st), ph);
+      mbar_wait(bar(3 + pst), pph);
+      turn_wait();
+      wg_fence();
+      issue_qk(st);
+      wg_commit();
+      issue_pv(pst);
+      wg_commit();
+      turn_pass();
+      wg_wait<1>();  // S(it) ready; P(it−1) V runs on
+      reg_fence(s);
+      float alpha[2];
+      softmax(it, alpha);
+      wg_wait<0>();
+      reg_fence(acc);
+      reg_fence(s);
+      mbar_arrive(bar(5 + pst));
+      rescale(alpha);
+      to_p();
+    }
+    const int lst = (n_tiles - 1) & 1, lph = ((n_tiles - 1) >> 1) & 1;
+    mbar_wait(bar(3 + lst), lph);
+    turn_wait();
+    wg_fence();
+    issue_pv(lst);
+    wg_commit();
+    if (wg == 0) turn_pass();
+    wg_wait<0>();
+    reg_fence(acc);
+  } else {
+    for (int it = 0; it < n_tiles; ++it) {
+      const int st = it & 1, ph = (it >> 1) & 1;
+      mbar_wait(bar(1 + st), ph);
+      wg_fence();
+      issue_qk(st);
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(s);
+      float alpha[2];
+      softmax(it, alpha);
+      rescale(alpha);
+      to_p();
+      mbar_wait(bar(3 + st), ph);
+      wg_fence();
+      issue_pv(st);
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(acc);
+      mbar_arrive(bar(5 + st));
+    }
+  }
+  store_rows<16, DV>(acc, mx, l, q, qi0, m0, w.h, H, p.softmax_scale, lane, o, p.lse);
+  }
+#else
+  __trap();  // built without sm_90a: the host never picks this body then
+#endif
+}
+}  // namespace hopper
+
+// ---- Host side ------------------------------------------------------------------------------
+// Heads per L2 group: their K/V (≈ max_k_len·(Dqk + Dv)·2 bytes each) fit in about 32 MB.
+int head_group(const MhaParams& p) {
+  const double per_head = double(p.seg.max_k_len) * (p.qk_dim + p.v_dim) * 2.0;
+  const int g = per_head > 0 ? int(32.0 * (1 << 20) / per_head) : 16;
+  return g < 1 ? 1 : g > 16 ? 16 : g;
+}
+
+template <int DQK, int DV>
+void launch_mma(const MhaParams& p) {
+  using C = MmaCfg<DQK, DV>;
+  static const bool attr_set = [] {
+    MLA_CUDA_CHECK(cudaFuncSetAttribute(mha_mma_kernel<DQK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        C::kSmemBytes));
+    return true;
+  }();
+  (void)attr_set;
+  const int mblocks = (p.seg.max_q_len + C::BM - 1) / C::BM;
+  const dim3 grid(unsigned(mblocks * p.num_heads), unsigned(p.seg.num_requests));
+  mha_mma_kernel<DQK, DV><<<grid, C::kThreads, C::kSmemBytes, p.stream>>>(p, mblocks, head_group(p));
+  MLA_CUDA_LAUNCH_CHECK();
+}
+
+using EncodeFn = PFN_cuTensorMapEncodeTiled_v12000;
+EncodeFn tensor_map_encoder() {
+  static const EncodeFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult qr{};
+    MLA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &qr));
+    if (qr != cudaDriverEntryPointSuccess || f == nullptr)
+      cuda_fail("CUDA", "driver entry point not found", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+    return reinterpret_cast<EncodeFn>(f);
+  }();
+  return fn;
+}
+
+// [rows, H, D] bf16 → boxes of 128 rows × 1 head × 64 columns, 128-byte swizzle.
+CUtensorMap head_tensor_map(const void* ptr, int H, int D, int64_t rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(H), cuuint64_t(rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(H) * D * 2};
+  const cuuint32_t box[3] = {64, 1, 128};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims,
+                                          strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) cuda_fail("CUDA driver", "tensor map rejected", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+  return m;
+}
+
+template <bool kOverlap, bool kPingpong>
+void launch_wgmma(const MhaParams& p) {
+  using namespace hopper;
+  auto* kern = mha_wgmma_kernel<kOverlap, kPingpong>;
+  static const bool attr_set = [&] {
+    MLA_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
+  }();
+  (void)attr_set;
+  // Row bounds: none is known on the host for K/V (and q_start may leave gaps); boxes never pass
+  // a request's last row (tile_key0, tile_query0), and rows below 0 are zero-filled.
+  constexpr int64_t kAnyRows = int64_t(1) << 24;
+  const CUtensorMap tq = head_tensor_map(p.q, p.num_heads, DQK, kAnyRows);
+  const CUtensorMap tk = head_tensor_map(p.k, p.num_heads, DQK, kAnyRows);
+  const CUtensorMap tv = head_tensor_map(p.v, p.num_heads, DV, kAnyRows);
+  const int mblocks = (p.seg.max_q_len + BM - 1) / BM;
+  const dim3 grid(unsigned(mblocks * p.num_heads), unsigned(p.seg.num_requests));
+  kern<<<grid, kThreads, kSmemBytes, p.stream>>>(tq, tk, tv, p, mblocks, head_group(p));
+  MLA_CUDA_LAUNCH_CHECK();
+}
+
+// The sm_90a body exists in this build and the current device runs it.
+bool wgmma_available() {
+  static const bool ok = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    cudaFuncAttributes a{};
+    if (cudaFuncGetAttributes(&a, hopper::mha_wgmma_kernel<false, false>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major == 9 && a.binaryVersion == 90;
+  }();
+  return ok;
+}
+
+template <typename F>
+bool dispatch_dims(int qk, int dv, F&& f) {
+#define MLA_MHA_DIMS(A, B)                    \
+  if (qk == A && dv == B) {                   \
+    f(std::integral_constant<int, A>{}, std::integral_constant<int, B>{}); \
+    return true;                              \
+  }
+  MLA_MHA_DIMS(192, 128)
+  MLA_MHA_DIMS(128, 128)
+  MLA_MHA_DIMS(96, 64)
+  MLA_MHA_DIMS(64, 64)
+  MLA_MHA_DIMS(48, 32)
+  MLA_MHA_DIMS(40, 32)
+  MLA_MHA_DIMS(32, 20)
+#undef MLA_MHA_DIMS
+  return false;
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+bool mha_fast_supports(const MhaParams& p) {
+  if (p.elem != Elem::BF16 || p.num_heads <= 0) return false;
+  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) return false;
+  return dispatch_dims(p.qk_dim, p.v_dim, [](auto, auto) {});
+}
+
+void mha_attention_fast_path(const MhaParams& p, MhaFastPath path) {
+  if (p.seg.num_requests <= 0 || p.seg.max_q_len <= 0) return;
+  const bool is_v3 = p.qk_dim == hopper::DQK && p.v_dim == hopper::DV;
+  // Default sm_90a body: the plain (no intra-warpgroup overlap) one measured fastest at s ≥ 4096 on the
+  // H200 (530 vs 510 TFLOP/s at causal s = 4096, 570 vs 495 at 16384; 2026-11-29).
+  if (path == MhaFastPath::Auto) path = is_v3 && wgmma_available() ? MhaFastPath::WgmmaNoOverlap : MhaFastPath::Mma;
+  if (is_v3 && path != MhaFastPath::Mma) {
+    switch (path) {
+      case MhaFastPath::WgmmaNoOverlap: launch_wgmma<false, false>(p); return;
+      case MhaFastPath::WgmmaPingpong: launch_wgmma<true, true>(p); return;
+      default: launch_wgmma<true, false>(p); return;
+    }
+  }
+  dispatch_dims(p.qk_dim, p.v_dim, [&](auto a, auto b) { launch_mma<decltype(a)::value, decltype(b)::value>(p); });
+}
+
+void mha_attention_fast(const MhaParams& p) { mha_attention_fast_path(p, MhaFastPath::Auto); }
+
+}  // namespace mla::cuda

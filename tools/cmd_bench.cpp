@@ -1,0 +1,31 @@
+// mla bench — the CUDA roofline benchmark: ceilings measured in the same process, then MLA decode,
+// MHA prefill and whole layers on DeepSeek-V3 shapes; one JSON object on stdout.
+#include <cstdio>
+
+#include "cli.h"
+#include "mla/error.h"
+#ifdef MLA_WITH_CUDA
+#include "platform/cuda/bench.h"
+#endif
+
+namespace mla::cli {
+
+void add_bench_command(CLI::App& app, int& rc) {
+  auto quick = std::make_shared<bool>(false);
+  auto runs = std::make_shared<int>(20);
+  CLI::App* sub = app.add_subcommand("bench", "CUDA benchmark with its own ceilings (JSON on stdout)");
+  sub->add_flag("--quick", *quick, "fewer shapes and runs");
+  sub->add_option("--runs", *runs, "timed runs per row (the median is reported)")->capture_default_str();
+  sub->callback([quick, runs, &rc] {
+    if (*runs <= 0) throw UsageError("--runs must be positive");
+#ifdef MLA_WITH_CUDA
+    nlohmann::json j = cuda::run_bench({*quick, *runs});
+    std::printf("%s\n", j.dump(1).c_str());
+    rc = 0;
+#else
+    fail("mla bench needs the CUDA platform, which this build does not have");
+#endif
+  });
+}
+
+}  // namespace mla::cli
