@@ -31,6 +31,7 @@ clean:
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_SEED ?=
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # Left out under the sanitizers: the DeepSeek-V3- and V2-Lite-sized layer cases (tens of seconds
 # each optimized). The tiny, odd and mid16 method cases, dispatch, pool and parsers all run.
@@ -51,4 +52,4 @@ fuzz:
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" -DMLA_FUZZ=ON \
 	  >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
-	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(FUZZ_BUILD)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) bash scripts/fuzz.sh $(FUZZ_BUILD)

@@ -14,7 +14,7 @@ for t in $TARGETS; do
   dict=()
   [ "$t" != fuzz_cli_ids ] && dict=(-dict=fuzz/json.dict)
   log="$BUILD/$t.log"
-  "$BUILD/bin/$t" -max_total_time="$SECS" -timeout=10 -print_final_stats=1 \
+  "$BUILD/bin/$t" -max_total_time="$SECS" -timeout=10 -print_final_stats=1 ${FUZZ_SEED:+-seed=$FUZZ_SEED} \
     -artifact_prefix="$BUILD/crashes/$t-" "${dict[@]}" "$BUILD/corpus/$t" "fuzz/corpus/$t" \
     >"$log" 2>&1
   rc=$?
