@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "../tools/cli.h"
+#include "../tools/cli_util.h"
 #include "mla/config.h"
 #include "mla/error.h"
 #include "mla/model_config.h"

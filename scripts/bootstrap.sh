@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages mla.cpp builds with, if any are missing. As root it runs apt-get;
-# otherwise it prints the command to run and fails.
+# Installs the Debian packages mla.cpp builds with, if any are missing, plus any package named on
+# the command line (scripts/bootstrap-fuzz.sh and bootstrap-hip.sh name theirs). As root it runs
+# apt-get; otherwise it prints the command to run and fails.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ make libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-      libcli11-dev libfmt-dev)
+      libcli11-dev libfmt-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

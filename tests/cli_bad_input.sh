@@ -211,9 +211,18 @@ check generate_bad_prompt_file 2 "--prompt-file: 'x' is not a non-negative integ
 check generate_missing_prompt_file 2 "cannot open" -- generate --model "$M" --prompt-file "$tmp/nonexistent.txt"
 
 # ---- unsupported method / platform pairs --------------------------------------------------------
-check attn_platform_rocm 1 "platform rocm is not built into this mla" -- attn --requests 0:2 --platform rocm
-check logits_platform_rocm 1 "platform rocm is not built into this mla" -- logits --model "$M" --ids 3 --platform rocm --out "$tmp/out.safetensors"
-check generate_platform_rocm 1 "platform rocm is not built into this mla" -- generate --model "$M" --ids 3 --platform rocm
+# The ROCm platform: not built (CPU-only builds), or built without a device here (a CUDA build runs
+# it as rocm-on-cuda; a HIP build needs an AMD GPU). MLA_BUILT_PLATFORMS comes from CMake.
+no_rocm="platform rocm is not built into this mla"
+case " ${MLA_BUILT_PLATFORMS:-cpu} " in *" rocm "*) no_rocm="rocm: no (CUDA|HIP) device is available" ;; esac
+check attn_platform_rocm 1 "$no_rocm" -- attn --requests 0:2 --platform rocm
+check logits_platform_rocm 1 "$no_rocm" -- logits --model "$M" --ids 3 --platform rocm --out "$tmp/out.safetensors"
+check generate_platform_rocm 1 "$no_rocm" -- generate --model "$M" --ids 3 --platform rocm
+check rocm_bad_arch 2 "unknown ROCm arch 'gfx1100'" -- attn --requests 0:2 --platform rocm --rocm-arch gfx1100
+check rocm_mxfp4_needs_gfx950 2 "absorb weights mxfp4 need gfx950" -- attn --requests 0:2 --platform rocm --rocm-absorb mxfp4
+check rocm_fp8_on_gfx90a 2 "gfx90a lacks" -- logits --model "$M" --ids 3 --platform rocm --rocm-arch gfx90a --rocm-absorb fp8 --out "$tmp/out.safetensors"
+check rocm_flavour_mismatch 2 "fp8 flavour e4m3fn is not native on gfx942" -- generate --model "$M" --ids 3 --platform rocm --rocm-fp8 e4m3fn
+check rocm_bad_absorb 2 "unknown absorb weight format 'int4'" -- attn --requests 0:2 --rocm-absorb int4
 check logits_method_rocm 1 "forward method MLA_ROCM is not implemented on platform cpu" -- logits --model "$M" --ids 3 --method MLA_ROCM --out "$tmp/out.safetensors"
 check generate_method_rocm 1 "forward method MHA_ROCM is not implemented on platform cpu" -- generate --model "$M" --ids 3 --method MHA_ROCM
 check attn_fused_rope 1 "MLA_FUSED_ROPE_ROCM is not implemented on platform cpu" -- attn --requests 0:2 --method MLA_FUSED_ROPE_ROCM

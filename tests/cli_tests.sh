@@ -56,7 +56,19 @@ expect rocm_default_aiter 0 '"method":"MHA","platform":"rocm".*"resolved":"MHA_R
   dispatch --platform rocm --mode extend --seq-lens 10 --prefix-lens 3 --json
 expect rocm_fused_rope 0 '"method":"MLA_FUSED_ROPE_ROCM".*"resolved":"MLA_FUSED_ROPE_ROCM"' -- \
   dispatch --platform rocm --mode decode --seq-lens 10 --prefix-lens 9 --fused-decode-rope --json
-expect rocm_not_built 0 '"implemented":false' -- dispatch --platform rocm --mode decode --seq-lens 10 --prefix-lens 9 --json
+# Built (a CUDA build carries the ROCm platform as rocm-on-cuda; a HIP build is the real one) or not.
+case " ${MLA_BUILT_PLATFORMS:-cpu} " in
+  *" rocm "*)
+    for m in "extend --seq-lens 10 --prefix-lens 3:MHA_ROCM" "decode --seq-lens 10 --prefix-lens 9:MLA_ROCM" \
+             "decode --seq-lens 10 --prefix-lens 9 --fused-decode-rope:MLA_FUSED_ROPE_ROCM" \
+             "extend --seq-lens 9000 --prefix-lens 8192 --backend fa3:MHA_ONE_SHOT_ROCM" \
+             "extend --seq-lens 10 --backend cutlass_mla:MHA_CHUNKED_KV_ROCM"; do
+      # shellcheck disable=SC2086
+      expect "rocm_twin_${m##*:}" 0 "\"resolved\":\"${m##*:}\",\"implemented\":true,\"serves\":true" -- \
+        dispatch --platform rocm --mode ${m%%:*} --json
+    done ;;
+  *) expect rocm_not_built 0 '"implemented":false' -- dispatch --platform rocm --mode decode --seq-lens 10 --prefix-lens 9 --json ;;
+esac
 expect cpu_mha_with_prefix 0 '"method":"MHA".*"implemented":true,"serves":false,"reason":"MHA attends only' -- \
   dispatch --backend aiter --mode extend --seq-lens 10 --prefix-lens 3 --json
 expect text_output 0 '^resolved: +MHA_ONE_SHOT$' -- dispatch --mode extend --seq-lens 5

@@ -94,4 +94,43 @@ inline std::vector<LayerCase> all_cases(Platform p) {
   return cases;
 }
 
+// The ROCm platform: every case of all_cases on the default target (gfx942, absorbed weights in the
+// activation dtype; decode cases dispatch aiter's fused-RoPE decode), plus the targets and absorb
+// weight formats on the shapes whose dims they need (MXFP4 blocks of 32).
+inline std::vector<LayerCase> rocm_cases() {
+  std::vector<LayerCase> cases = all_cases(Platform::ROCM);
+  for (LayerCase& c : cases) {
+    c.settings.fused_decode_rope = c.mode == ForwardMode::DECODE;
+    c.name = "gfx942_" + c.name;
+  }
+  struct Variant { RocmArch arch; AbsorbFormat absorb; };
+  const Variant variants[] = {{RocmArch::GFX942, AbsorbFormat::FP8}, {RocmArch::GFX942, AbsorbFormat::FP8_DEQUANT},
+                              {RocmArch::GFX950, AbsorbFormat::ACT},  {RocmArch::GFX950, AbsorbFormat::FP8},
+                              {RocmArch::GFX950, AbsorbFormat::MXFP4}, {RocmArch::GFX90A, AbsorbFormat::FP8_DEQUANT}};
+  struct RocmShape { const char* name; AttentionConfig cfg; std::vector<std::pair<int64_t, int64_t>> reqs; ForwardMode mode; };
+  const RocmShape shapes[] = {
+      {"mid16_mixed", mid_config(), {{0, 9}, {45, 6}, {13, 0}, {131, 2}}, ForwardMode::EXTEND},
+      {"v2lite_decode", preset_config("deepseek-v2-lite"), {{31, 1}, {2, 1}, {0, 1}}, ForwardMode::DECODE},
+  };  // (V3 itself runs in the default-target cases above; its f64 reference is the slow part)
+  int k = 0;
+  for (const Variant& v : variants)
+    for (const RocmShape& sh : shapes)
+      for (auto [act, kv] : {std::pair{DType::BF16, DType::BF16}, std::pair{DType::F32, DType::F8_E4M3FN}}) {
+        LayerCase c;
+        c.platform = Platform::ROCM;
+        c.cfg = sh.cfg, c.act = act, c.kv = kv, c.page_size = k % 2 ? 16 : 1, c.mode = sh.mode, c.requests = sh.reqs;
+        c.kv_scale = is_fp8(kv) ? 0.05 : 1.0;
+        c.settings.chunk_capacity = 64;
+        c.settings.fused_decode_rope = sh.mode == ForwardMode::DECODE;
+        c.options.rocm.arch = v.arch, c.options.rocm.absorb = v.absorb;
+        c.seed = uint64_t(300 + k++);
+        c.name = fmt::format("{}_{}_{}_{}_kv{}_page{}", rocm_arch_name(v.arch), absorb_format_name(v.absorb), sh.name,
+                             dtype_name(act), dtype_name(kv), c.page_size);
+        for (char& ch : c.name)
+          if (ch == '-') ch = '_';
+        cases.push_back(c);
+      }
+  return cases;
+}
+
 }  // namespace mla::test

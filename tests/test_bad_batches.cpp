@@ -92,15 +92,16 @@ TEST(BadBatches, SlotsOutsideThePoolAreRefusedByEveryMethod) {
       if (impl->platform != p) continue;
       SCOPED_TRACE(fmt::format("{} on {}", method_name(impl->method), platform_name(p)));
       Layer l(p);
-      Batch fresh{ForwardMode::EXTEND, {{10, 0, 3}, {11, 0, 4}}};  // every method serves it
-      const BatchPlan good = plan_batch(fresh, *l.pool);
+      Batch fresh{ForwardMode::EXTEND, {{10, 0, 3}, {11, 0, 4}}};  // every method but the decode-only ones
+      Batch decode{ForwardMode::DECODE, {{10, 0, 1}, {11, 0, 1}}};
+      const BatchPlan good = plan_batch(impl->cannot_serve(fresh) ? decode : fresh, *l.pool);
       const PoolImage before = image(*l.ops, *l.pool);
       const int32_t n = int32_t(l.pool->num_slots());
       for (int32_t bad : {n, n + 100, -1, std::numeric_limits<int32_t>::min()}) {
         BatchPlan plan = good;  // a scheduler's hand-made plan: one new token's slot is wrong
         plan.new_slots[1] = bad;
         plan.kv_slots[1] = bad;
-        expect_error([&] { l.layer->forward(l.x(7), plan, *l.pool, 0, impl->method); },
+        expect_error([&] { l.layer->forward(l.x(good.num_tokens), plan, *l.pool, 0, impl->method); },
                      fmt::format("slot {} is outside the", bad));
         EXPECT_TRUE(image(*l.ops, *l.pool) == before) << "slot " << bad << " changed the pool";
       }

@@ -272,9 +272,10 @@ TEST(NanIsolation, ModelLogitsIgnoreOtherRequestsRows) {
     if (!platform_available(p)) continue;
     for (DType act : {DType::F32, DType::BF16})
       for (DType kv : {DType::F32, DType::BF16, DType::F8_E4M3FN})
-        for (std::optional<ForwardMethod> m :
-             {std::optional<ForwardMethod>{}, std::optional{ForwardMethod::MHA_ONE_SHOT},
-              std::optional{ForwardMethod::MHA_CHUNKED_KV}, std::optional{ForwardMethod::MLA}}) {
+        for (std::optional<ForwardMethod> m :  // the platform's own methods (ROCm: the twins)
+             {std::optional<ForwardMethod>{}, std::optional{resolve_method(p, ForwardMethod::MHA_ONE_SHOT)},
+              std::optional{resolve_method(p, ForwardMethod::MHA_CHUNKED_KV)},
+              std::optional{resolve_method(p, ForwardMethod::MLA)}}) {
           SCOPED_TRACE(fmt::format("{} {} kv {} method {}", platform_name(p), dtype_name(act),
                                    dtype_name(kv), m ? method_name(*m) : "auto"));
           std::unique_ptr<Ops> ops = make_ops(p, act);

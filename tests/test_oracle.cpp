@@ -79,6 +79,7 @@ class OracleTest : public ::testing::TestWithParam<std::tuple<const char*, Platf
                 m ? std::string(method_name(*m)).c_str() : "auto", long(chunk), long(decode_from), err);
     return err;
   }
+  Platform p() const { return std::get<1>(GetParam()); }
   Oracle o;
   std::unique_ptr<Ops> ops;
   LoadedModel lm;
@@ -86,10 +87,15 @@ class OracleTest : public ::testing::TestWithParam<std::tuple<const char*, Platf
 
 TEST_P(OracleTest, EveryMethodMatchesTransformers) {
   for (size_t k = 0; k < o.seqs.size(); ++k) {
-    EXPECT_LE(run(k, ForwardMethod::MHA, 0, -1), kTol);
-    for (ForwardMethod m : {ForwardMethod::MHA_ONE_SHOT, ForwardMethod::MHA_CHUNKED_KV, ForwardMethod::MLA})
+    // The platform's own methods: the shared ones, or their ROCm twins.
+    EXPECT_LE(run(k, resolve_method(p(), ForwardMethod::MHA), 0, -1), kTol);
+    for (ForwardMethod g : {ForwardMethod::MHA_ONE_SHOT, ForwardMethod::MHA_CHUNKED_KV, ForwardMethod::MLA}) {
+      const ForwardMethod m = resolve_method(p(), g);
       for (int64_t chunk : {0, 7})
         EXPECT_LE(run(k, m, chunk, -1, /*capacity*/ 5), kTol) << method_name(m) << " chunk " << chunk;
+    }
+    if (p() == Platform::ROCM)  // the fused-RoPE decode: every token a decode step
+      EXPECT_LE(run(k, ForwardMethod::MLA_FUSED_ROPE_ROCM, 0, 0), kTol);
   }
 }
 
@@ -144,11 +150,11 @@ TEST_P(OracleTest, RaggedBatchOfRequestsMatchesSingleRequests) {
     row += n - 1;
     EXPECT_LE(rel_l2(got, o.logits[k]), kTol) << "sequence " << k;
   }
-  EXPECT_EQ(b.method, ForwardMethod::MLA);
+  EXPECT_EQ(b.method, resolve_method(p(), ForwardMethod::MLA));
 }
 
 INSTANTIATE_TEST_SUITE_P(HF, OracleTest,
-                         ::testing::Combine(::testing::ValuesIn(kModels), ::testing::Values(Platform::CPU, Platform::CUDA)),
+                         ::testing::Combine(::testing::ValuesIn(kModels), ::testing::Values(Platform::CPU, Platform::CUDA, Platform::ROCM)),
                          [](const auto& i) {
                            return std::string(std::get<0>(i.param)) + "_" + std::string(platform_name(std::get<1>(i.param)));
                          });

@@ -59,13 +59,33 @@ TEST(Registry, UnbuiltPlatformsImplementNothing) {
       for (ForwardMethod m : all_methods()) EXPECT_EQ(find_method_impl(m, p), nullptr);
 }
 
-TEST(Registry, OnlyMhaRefusesAPrefix) {
+TEST(Registry, OnlyMhaRefusesAPrefixAndOnlyTheFusedRopeDecodeRefusesAnExtend) {
   Batch with_prefix{ForwardMode::EXTEND, {{1, 0, 4}, {2, 7, 3}}};
   Batch fresh{ForwardMode::EXTEND, {{1, 0, 4}, {2, 0, 3}}};
+  Batch decode{ForwardMode::DECODE, {{1, 5, 1}, {2, 0, 1}}};
   for (const MethodImpl* impl : method_impls()) {
-    EXPECT_FALSE(impl->cannot_serve(fresh)) << method_name(impl->method);
-    EXPECT_EQ(bool(impl->cannot_serve(with_prefix)), impl->method == ForwardMethod::MHA) << method_name(impl->method);
+    const bool fused = impl->method == ForwardMethod::MLA_FUSED_ROPE_ROCM;
+    EXPECT_EQ(bool(impl->cannot_serve(fresh)), fused) << method_name(impl->method);
+    EXPECT_EQ(bool(impl->cannot_serve(with_prefix)), impl->method == ForwardMethod::MHA || fused)
+        << method_name(impl->method);
+    EXPECT_EQ(bool(impl->cannot_serve(decode)), impl->method == ForwardMethod::MHA) << method_name(impl->method);
   }
+}
+
+// MHA_ROCM serves an extend with a prefix (aiter sends every extend to MHA), and ROCm's map is total.
+TEST(Registry, TheRocmPlatformRunsExactlyItsTwins) {
+  if (!platform_built(Platform::ROCM)) GTEST_SKIP() << "the ROCm platform is not built";
+  for (ForwardMethod m : all_methods())
+    EXPECT_EQ(find_method_impl(m, Platform::ROCM) != nullptr, !is_generic(m)) << method_name(m);
+  DispatchSettings s;  // aiter, the ROCm default
+  DispatchResult d = dispatch(BatchSummary{ForwardMode::EXTEND, {4}, {9}}, s, Platform::ROCM);
+  EXPECT_EQ(d.method, ForwardMethod::MHA);
+  EXPECT_EQ(d.resolved, ForwardMethod::MHA_ROCM);
+  EXPECT_TRUE(d.implemented && d.serves) << d.reason;
+  s.fused_decode_rope = true;
+  d = dispatch(BatchSummary{ForwardMode::DECODE, {4}, {5}}, s, Platform::ROCM);
+  EXPECT_EQ(d.resolved, ForwardMethod::MLA_FUSED_ROPE_ROCM);
+  EXPECT_TRUE(d.implemented && d.serves) << d.reason;
 }
 
 TEST(Registry, DispatchExplainsWhatCannotRun) {

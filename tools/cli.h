@@ -2,10 +2,13 @@
 #pragma once
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "cli_util.h"  // UsageError and the text parsers
+#include "mla/error.h"
+#include "mla/platform_ops.h"
 
 namespace mla::cli {
 
@@ -14,18 +17,31 @@ namespace mla::cli {
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
-// Thrown for bad command-line values; main prints the message and exits with kExitUsage.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// The ROCm platform's settings as options (--rocm-arch, --rocm-fp8, --rocm-absorb); bad values and
+// conflicts are usage errors naming them.
+struct RocmFlags {
+  std::string arch = "gfx942", fp8, absorb = "act";
+  void add(CLI::App* sub) {
+    sub->add_option("--rocm-arch", arch, "ROCm target: gfx90a | gfx940 | gfx942 | gfx950")->capture_default_str();
+    sub->add_option("--rocm-fp8", fp8, "ROCm fp8 flavour: e4m3fn | e4m3fnuz (default: the arch's own)");
+    sub->add_option("--rocm-absorb", absorb, "ROCm absorbed weights: act | fp8 | fp8-dequant | mxfp4")
+        ->capture_default_str();
+  }
+  RocmSettings parse() const {
+    try {
+      RocmSettings s;
+      s.arch = parse_rocm_arch(arch);
+      if (fp8 == "e4m3fn") s.fp8 = Fp8Flavor::E4M3FN;
+      else if (fp8 == "e4m3fnuz") s.fp8 = Fp8Flavor::E4M3FNUZ;
+      else if (!fp8.empty()) fail("unknown fp8 flavour '{}' (known: e4m3fn, e4m3fnuz)", fp8);
+      s.absorb = parse_absorb_format(absorb);
+      s.validate();
+      return s;
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
 };
-
-// The text parsers (tools/cli_util.cpp); bad text throws UsageError naming `what`.
-// "3,17,42" → {3, 17, 42}: non-negative integers, no empty items. `what` names the option.
-std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
-// "4096:512,0:17" → {(4096, 512), (0, 17)}: PREFIX:NEW per request (--requests).
-std::vector<std::pair<int64_t, int64_t>> parse_requests(const std::string& text);
-// Ids separated by commas and/or whitespace (a --prompt-file); empty when there are none.
-std::vector<int64_t> parse_id_text(const std::string& text, const std::string& what);
 
 // Each registers its subcommand; the callback runs it and returns the exit code through `rc`.
 void add_dispatch_command(CLI::App& app, int& rc);

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "cli.h"
+#include "cli_util.h"
 
 namespace mla::cli {
 namespace {

@@ -24,10 +24,13 @@ void add_attn_command(CLI::App& app, int& rc) {
                 method = "auto", backend, dtype = "f32", kv_dtype = "bf16", platform = "cpu";
     int64_t page_size = 16, capacity = 131072, threshold = 8192, repeat = 1;
     uint64_t seed = 1;
-    bool no_check = false, json = false, verbose = false;
+    bool no_check = false, json = false, verbose = false, fused_rope = false;
+    RocmFlags rocm;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("attn", "Run one attention layer (random weights) and check it");
+  o->rocm.add(sub);
+  sub->add_flag("--fused-decode-rope", o->fused_rope, "ROCm: aiter decode runs MLA_FUSED_ROPE_ROCM");
   sub->add_option("--preset", o->preset, "deepseek-v3 | deepseek-v2-lite")->capture_default_str();
   sub->add_option("--config", o->config, "an HF config.json instead of a preset");
   sub->add_option("--requests", o->requests, "PREFIX:NEW per request, e.g. 4096:512,0:17")->capture_default_str();
@@ -62,6 +65,8 @@ void add_attn_command(CLI::App& app, int& rc) {
     if (o->page_size <= 0 || o->capacity <= 0 || o->threshold <= 0 || o->repeat <= 0)
       throw UsageError("--page-size, --chunk-capacity, --chunked-prefix-threshold and --repeat must be positive");
     c.page_size = o->page_size, c.seed = o->seed;
+    c.options.rocm = o->rocm.parse();
+    c.settings.fused_decode_rope = o->fused_rope;
     c.settings.backend = o->backend;
     c.settings.chunk_capacity = o->capacity;
     c.settings.chunked_prefix_threshold = o->threshold;
@@ -100,7 +105,7 @@ void add_attn_command(CLI::App& app, int& rc) {
     if (!o->no_check) {
       if (o->verbose) std::fprintf(stderr, "mla attn: float64 reference...\n");
       LayerErrors e = fx.errors(best);
-      const double tol = tolerance(c.act, c.kv);
+      const double tol = tolerance(c, best.method);
       ok = e.worst <= tol;
       j["error"] = {{"out", e.out}, {"lse", e.lse}, {"rows", e.rows}, {"tolerance", tol}, {"pass", ok}};
     }

@@ -25,8 +25,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 struct RunOpts {
   std::string model, platform = "cpu", dtype = "f32", kv_dtype = "f32", method = "auto", backend;
   int64_t page_size = 16, threshold = 8192, capacity = 131072;
-  bool verbose = false;
+  bool verbose = false, fused_rope = false;
+  RocmFlags rocm_flags;
   void add(CLI::App* sub, bool model_required = true) {
+    rocm_flags.add(sub);
+    sub->add_flag("--fused-decode-rope", fused_rope, "ROCm: aiter decode runs MLA_FUSED_ROPE_ROCM");
     sub->add_flag("-v,--verbose", verbose, "loading details on stderr");
     auto* m = sub->add_option("--model", model, "HF checkpoint folder (config.json + safetensors)");
     if (model_required) m->required();
@@ -43,7 +46,10 @@ struct RunOpts {
   Platform p;
   DType act, kv;
   ForwardOptions fwd;
+  PlatformOptions options;
   void parse() {
+    options.rocm = rocm_flags.parse();
+    fwd.dispatch.fused_decode_rope = fused_rope;
     try {
       p = parse_platform(platform);
       act = parse_dtype(dtype);
@@ -73,7 +79,7 @@ struct Session {
 
 Session open_session(const RunOpts& o, int64_t max_tokens) {
   Session s;
-  s.ops = make_ops(o.p, o.act);
+  s.ops = make_ops(o.p, o.act, o.options);
   const auto t0 = Clock::now();
   s.lm = load_model(o.model, *s.ops);
   if (o.verbose)

@@ -1,5 +1,6 @@
 // mla/attention.h — one DeepSeek MLA attention layer on a platform, run by a forward method.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -33,6 +34,7 @@ struct DeviceAttentionWeights {
       kv_b_proj, o_proj;
   Tensor w_kc;  // [H, qk_nope_head_dim, kv_lora_rank]
   Tensor w_vc;  // [H, v_head_dim, kv_lora_rank]
+  std::shared_ptr<const void> packed_absorbed;  // the platform's own form (Ops::pack_absorbed), or null
 };
 
 struct AttentionOutput {

@@ -17,6 +17,7 @@ enum class DType : uint8_t {
   F8_E4M3FNUZ,  // AMD gfx942 e4m3: bias 8, no inf, no -0, NaN = 0x80, max 240
   I32,
   I64,
+  U8,           // raw bytes (packed fp4 elements, e8m0 scales): an unsigned integer 0..255
 };
 
 size_t dtype_size(DType t);

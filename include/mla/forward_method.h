@@ -21,5 +21,7 @@ std::string_view method_name(ForwardMethod m);  // the enum name, e.g. "MHA_ONE_
 ForwardMethod parse_method(std::string_view s);  // throws Error listing the known names
 const std::vector<ForwardMethod>& all_methods();
 bool is_generic(ForwardMethod m);  // MHA, MHA_ONE_SHOT, MHA_CHUNKED_KV, MLA
+// The weight-absorbed methods (MLA, MLA_ROCM, MLA_FUSED_ROPE_ROCM): they read w_kc / w_vc.
+bool uses_absorbed_weights(ForwardMethod m);
 
 }  // namespace mla

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,12 +28,21 @@ struct LayerCase {
   DispatchSettings settings;
   double kv_scale = 1.0;        // per-layer pool scale
   uint64_t seed = 1;
+  PlatformOptions options;      // e.g. the ROCm target and absorb weight format
 };
 
 // The tolerance of DESIGN.md: fp8 KV 5e-2; bf16 anywhere 1e-2; f32 1e-5; the f64 flavour 1e-6.
 // The reference sees the cache rows rounded as the pool stores them, so these bound the engine's
 // own error, not the KV format's.
 double tolerance(DType act, DType kv);
+// The tolerance of `method` in case `c`: tolerance(act, kv), and for the absorbed methods with
+// quantized absorb weights whose activations are quantized too (judged against the reference with
+// the same dequantized weights, so only the activation quantization is left): fp8 w8a8 5e-2
+// (e4m3 keeps 3 mantissa bits), MXFP4 a4w4 0.25 (e2m1 keeps 1).
+double tolerance(const LayerCase& c, ForwardMethod method);
+
+// GoogleTest prints a case by its name (found by argument-dependent lookup).
+inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
 
 struct LayerRun {
   ForwardMethod method;
@@ -50,8 +60,9 @@ class LayerFixture {
  public:
   explicit LayerFixture(const LayerCase& c);
   const LayerCase& c() const { return c_; }
-  // Computed on first use (it is the slow part for large batches).
-  const ReferenceResult& reference();
+  // Computed on first use (it is the slow part for large batches). `method` picks the weights:
+  // the absorbed methods are judged with the absorbed weights as the platform packs them.
+  const ReferenceResult& reference(ForwardMethod method = ForwardMethod::MHA);
   // Runs `method` (nullopt: dispatch) on a fresh pool whose unused rows hold `fill`.
   LayerRun run(std::optional<ForwardMethod> method, double fill);
   LayerErrors errors(const LayerRun& r);
@@ -61,6 +72,8 @@ class LayerFixture {
   AttentionWeights w_;
   std::vector<std::vector<double>> x_;  // per request [prefix + new, hidden]
   std::optional<ReferenceResult> ref_;
+  std::optional<ReferenceResult> ref_packed_;  // with the platform's packed absorbed weights
+  std::optional<AttentionWeights> w_packed_;   // those weights, when they differ
   std::vector<std::vector<double>> prefix_rows_;  // per request [prefix, row_dim]
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<AttentionLayer> layer_;

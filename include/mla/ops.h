@@ -3,6 +3,8 @@
 // CPU reference flavour), natural log, −inf for a query that saw no key. Shapes: T new tokens, S key rows, H heads.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "mla/kv_pool.h"
 #include "mla/rope.h"
 #include "mla/tensor.h"
+#include "mla/weights.h"
 
 namespace mla {
 
@@ -27,6 +30,17 @@ class Ops {
   virtual Tensor download(const Tensor& t) = 0;       // a host copy
   virtual void fill(Tensor& t, double value) = 0;     // every element (NaN allowed)
   virtual void synchronize() {}
+
+  // ---- weights --------------------------------------------------------------------------------
+  // A platform may keep the absorbed weights in its own packed form (ROCm: fp8, MXFP4, or a
+  // K-contiguous layout); the result travels with the layer's weights to the platform's own
+  // methods. Default: nothing to pack.
+  virtual std::shared_ptr<const void> pack_absorbed(const AbsorbedWeights& host) { return nullptr; }
+  // The absorbed weights as that packed form represents them, when they differ from `host`
+  // (quantized): the reference harness judges the platform's absorbed methods against these.
+  virtual std::optional<AbsorbedWeights> absorbed_as_packed(const AbsorbedWeights& host) const {
+    return std::nullopt;
+  }
 
   // ---- dense steps ----------------------------------------------------------------------------
   // y[M, N] = x[M, K] · w[N, K]ᵀ

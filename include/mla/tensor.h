@@ -41,6 +41,8 @@ class Tensor {
 
   // Same storage, new shape with the same element count.
   Tensor reshaped(Shape shape) const;
+  // Rows [begin, end) of the first dimension: a view sharing the storage. Throws Error when outside.
+  Tensor rows(int64_t begin, int64_t end) const;
 
   // Host only: element access through double, a deep copy, a conversion to another dtype.
   double at(size_t i) const { return load_as_double(data(), dtype_, i); }

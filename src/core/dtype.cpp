@@ -13,7 +13,7 @@ size_t dtype_size(DType t) {
     case DType::F64: case DType::I64: return 8;
     case DType::F32: case DType::I32: return 4;
     case DType::BF16: case DType::F16: return 2;
-    case DType::F8_E4M3FN: case DType::F8_E4M3FNUZ: return 1;
+    case DType::F8_E4M3FN: case DType::F8_E4M3FNUZ: case DType::U8: return 1;
   }
   return 0;
 }
@@ -28,13 +28,14 @@ std::string_view dtype_name(DType t) {
     case DType::F8_E4M3FNUZ: return "fp8_e4m3fnuz";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::U8: return "u8";
   }
   return "?";
 }
 
 DType parse_dtype(std::string_view s) {
   for (DType t : {DType::F64, DType::F32, DType::BF16, DType::F16, DType::F8_E4M3FN,
-                  DType::F8_E4M3FNUZ, DType::I32, DType::I64})
+                  DType::F8_E4M3FNUZ, DType::I32, DType::I64, DType::U8})
     if (s == dtype_name(t)) return t;
   if (s == "fp8" || s == "fp8_e4m3") return DType::F8_E4M3FN;
   fail("unknown dtype '{}' (known: f32, bf16, f16, fp8_e4m3fn, fp8_e4m3fnuz)", s);
@@ -52,6 +53,7 @@ double dtype_max(DType t) {
     case DType::F8_E4M3FNUZ: return 240.0;
     case DType::I32: return std::numeric_limits<int32_t>::max();
     case DType::I64: return 9.2233720368547758e18;
+    case DType::U8: return 255.0;
   }
   return 0;
 }
@@ -158,6 +160,7 @@ double load_as_double(const void* base, DType t, size_t i) {
     case DType::F8_E4M3FNUZ: return fp8_e4m3fnuz_to_float(static_cast<const uint8_t*>(base)[i]);
     case DType::I32: return static_cast<const int32_t*>(base)[i];
     case DType::I64: return double(static_cast<const int64_t*>(base)[i]);
+    case DType::U8: return static_cast<const uint8_t*>(base)[i];
   }
   return 0;
 }
@@ -172,6 +175,9 @@ void store_from_double(void* base, DType t, size_t i, double v) {
     case DType::F8_E4M3FNUZ: static_cast<uint8_t*>(base)[i] = encode_e4m3(v, true, true); return;
     case DType::I32: static_cast<int32_t*>(base)[i] = int32_t(v); return;
     case DType::I64: static_cast<int64_t*>(base)[i] = int64_t(v); return;
+    case DType::U8:  // truncated like the other integers, clamped to 0..255 (NaN → 0)
+      static_cast<uint8_t*>(base)[i] = v >= 255.0 ? uint8_t(255) : v > 0.0 ? uint8_t(v) : uint8_t(0);
+      return;
   }
 }
 

@@ -54,4 +54,8 @@ bool is_generic(ForwardMethod m) {
          m == ForwardMethod::MHA_CHUNKED_KV || m == ForwardMethod::MLA;
 }
 
+bool uses_absorbed_weights(ForwardMethod m) {
+  return m == ForwardMethod::MLA || m == ForwardMethod::MLA_ROCM || m == ForwardMethod::MLA_FUSED_ROPE_ROCM;
+}
+
 }  // namespace mla

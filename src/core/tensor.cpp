@@ -47,11 +47,19 @@ namespace cuda {
 int device_count();
 }
 #endif
+#ifdef MLA_WITH_ROCM
+namespace rocm {
+int device_count();
+}
+#endif
 
 bool platform_available(Platform p) {
   if (!platform_built(p)) return false;
 #ifdef MLA_WITH_CUDA
   if (p == Platform::CUDA) return cuda::device_count() > 0;
+#endif
+#ifdef MLA_WITH_ROCM
+  if (p == Platform::ROCM) return rocm::device_count() > 0;
 #endif
   return p == Platform::CPU;
 }
@@ -92,6 +100,16 @@ Tensor Tensor::host_from(const std::vector<double>& values, DType dtype, Shape s
     fail("host_from: {} values for shape {}", values.size(), shape_str(t.shape()));
   for (size_t i = 0; i < values.size(); ++i) t.set(i, values[i]);
   return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  if (rank() < 1 || begin < 0 || end < begin || end > dim(0))
+    fail("rows [{}, {}) are outside a tensor of shape {}", begin, end, shape_str(shape_));
+  Shape s = shape_;
+  s[0] = end - begin;
+  const size_t row_bytes = dim(0) == 0 ? 0 : nbytes() / size_t(dim(0));
+  return Tensor(dtype_, std::move(s), where_,
+                std::shared_ptr<void>(storage_, static_cast<char*>(storage_.get()) + size_t(begin) * row_bytes));
 }
 
 Tensor Tensor::reshaped(Shape shape) const {

@@ -49,6 +49,7 @@ AttentionLayer::AttentionLayer(const AttentionConfig& cfg, const AttentionWeight
   AbsorbedWeights a = split_kv_b_proj(cfg, weights.kv_b_proj);
   w_.w_kc = up(a.w_kc);
   w_.w_vc = up(a.w_vc);
+  w_.packed_absorbed = ops.pack_absorbed(a);
 }
 
 AttentionOutput AttentionLayer::forward(const Tensor& x, const BatchPlan& plan, KVPool& pool,

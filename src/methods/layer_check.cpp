@@ -16,6 +16,16 @@ double tolerance(DType act, DType kv) {
   return 1e-5;
 }
 
+double tolerance(const LayerCase& c, ForwardMethod method) {
+  const double base = tolerance(c.act, c.kv);
+  if (c.platform != Platform::ROCM || !uses_absorbed_weights(method)) return base;
+  switch (c.options.rocm.absorb) {
+    case AbsorbFormat::FP8: return std::max(base, 5e-2);
+    case AbsorbFormat::MXFP4: return std::max(base, 0.25);
+    default: return base;
+  }
+}
+
 LayerFixture::LayerFixture(const LayerCase& c) : c_(c) {
   w_ = random_attention_weights(c.cfg, c.seed, DType::F32);
   for (size_t r = 0; r < c.requests.size(); ++r) {
@@ -24,8 +34,12 @@ LayerFixture::LayerFixture(const LayerCase& c) : c_(c) {
     std::vector<double> head(x_.back().begin(), x_.back().begin() + prefix * c.cfg.hidden_size);
     prefix_rows_.push_back(reference_latent_rows(c.cfg, w_, head, 0));
   }
-  ops_ = make_ops(c.platform, c.act);
+  ops_ = make_ops(c.platform, c.act, c.options);
   layer_ = std::make_unique<AttentionLayer>(c.cfg, w_, *ops_);
+  if (auto packed = ops_->absorbed_as_packed(split_kv_b_proj(c.cfg, w_.kv_b_proj))) {
+    w_packed_ = w_;
+    w_packed_->kv_b_proj = merge_kv_b_proj(c.cfg, *packed);
+  }
 }
 
 LayerRun LayerFixture::run(std::optional<ForwardMethod> method, double fill) {
@@ -72,17 +86,19 @@ LayerRun LayerFixture::run(std::optional<ForwardMethod> method, double fill) {
   return run;
 }
 
-const ReferenceResult& LayerFixture::reference() {
-  if (!ref_) {
+const ReferenceResult& LayerFixture::reference(ForwardMethod method) {
+  const bool packed = w_packed_ && uses_absorbed_weights(method);
+  std::optional<ReferenceResult>& ref = packed ? ref_packed_ : ref_;
+  if (!ref) {
     Batch b{c_.mode, {}};
     for (auto [prefix, fresh] : c_.requests) b.requests.push_back({RequestId(b.requests.size()), prefix, fresh});
-    ref_ = reference_attention(c_.cfg, w_, x_, b, {c_.kv, c_.kv_scale});
+    ref = reference_attention(c_.cfg, packed ? *w_packed_ : w_, x_, b, {c_.kv, c_.kv_scale});
   }
-  return *ref_;
+  return *ref;
 }
 
 LayerErrors LayerFixture::errors(const LayerRun& r) {
-  const ReferenceResult& ref = reference();
+  const ReferenceResult& ref = reference(r.method);
   LayerErrors e;
   e.out = rel_l2(r.out, ref.out);
   e.lse = rel_l2(r.lse, ref.lse);

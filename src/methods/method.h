@@ -3,6 +3,7 @@
 #pragma once
 #include "mla/attention.h"
 #include "mla/ops.h"
+#include "mla/registry.h"
 
 namespace mla {
 
@@ -19,6 +20,7 @@ struct MethodContext {
   // Filled by prepare:
   Tensor q;    // [T, H, qk_head_dim] = [q_nope | RoPE(q_pe)] per head
   Tensor kva;  // [T, kv_row_dim] = [RMSNorm(c_kv) | RoPE(k_pe)], the new latent rows
+  Tensor q_mla;  // [T, H, kv_row_dim] = [q_nope · w_kc | q_pe]: the absorbed query, when prepare makes it
   // Filled by core:
   Tensor o;    // [T, H, v_head_dim]
   Tensor lse;  // [T, H]
@@ -33,6 +35,12 @@ void decompress(MethodContext& c, const Tensor& rows, Tensor& k, Tensor& v);
 void mha_attend(MethodContext& c, const Tensor& rows, const AttnSegments& seg, Tensor& o, Tensor& lse);
 // Rows of the given slots read from the cache → [S, kv_row_dim] in the activation dtype.
 Tensor read_rows(MethodContext& c, const std::vector<int32_t>& slots);
+
+// How an MHA method attends c.q to latent rows (decompress, build K/V, attention) → (o, lse).
+using AttendFn = void (*)(MethodContext& c, const Tensor& rows, const AttnSegments& seg, Tensor& o, Tensor& lse);
+// The chunked-prefix schedule: attention over the new tokens, then the prefix in chunks of
+// chunk_capacity / num_requests tokens per request, merged by LSE. Every attention goes through `attend`.
+void chunked_kv(MethodContext& c, AttendFn attend);
 }  // namespace steps
 
 // The shared methods (each in its own file).
@@ -42,6 +50,15 @@ void mha_one_shot_core(MethodContext& c);
 void mha_chunked_kv_core(MethodContext& c);
 void mla_core(MethodContext& c);
 std::optional<std::string> mha_cannot_serve(const Batch& b);
+std::optional<std::string> serves_all(const Batch& b);
 }  // namespace methods
+
+#ifdef MLA_WITH_ROCM
+namespace rocm {
+// Appends the ROCm twins (MHA_ROCM, MHA_ONE_SHOT_ROCM, MHA_CHUNKED_KV_ROCM, MLA_ROCM,
+// MLA_FUSED_ROPE_ROCM) to the registry.
+void add_twins(std::vector<MethodImpl>& registry);
+}  // namespace rocm
+#endif
 
 }  // namespace mla

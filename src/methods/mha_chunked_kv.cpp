@@ -1,15 +1,15 @@
-// MHA_CHUNKED_KV: causal attention over the new tokens, then the prefix in chunks of
+// MHA_CHUNKED_KV (and the schedule its ROCm twin shares): causal attention over the new tokens, then the prefix in chunks of
 // chunk_capacity / num_requests tokens per request, each attended without a mask and merged by
 // the natural-log LSE merge. Memory stays bounded by the chunk capacity.
 #include <algorithm>
 
 #include "methods/method.h"
 
-namespace mla::methods {
+namespace mla {
 
-void mha_chunked_kv_core(MethodContext& c) {
+void steps::chunked_kv(MethodContext& c, AttendFn attend) {
   const BatchPlan& plan = c.plan;
-  steps::mha_attend(c, c.kva, plan.new_only(), c.o, c.lse);
+  attend(c, c.kva, plan.new_only(), c.o, c.lse);
   const auto& reqs = plan.batch.requests;
   if (reqs.empty()) return;
   const int64_t chunk = std::max<int64_t>(1, c.settings.chunk_capacity / int64_t(reqs.size()));
@@ -31,9 +31,11 @@ void mha_chunked_kv_core(MethodContext& c) {
     }
     Tensor rows = steps::read_rows(c, slots);  // [Σ chunk, 576]
     Tensor o_chunk, lse_chunk;
-    steps::mha_attend(c, rows, seg, o_chunk, lse_chunk);
+    attend(c, rows, seg, o_chunk, lse_chunk);
     c.ops.merge(c.o, c.lse, o_chunk, lse_chunk);
   }
 }
 
-}  // namespace mla::methods
+void methods::mha_chunked_kv_core(MethodContext& c) { steps::chunked_kv(c, steps::mha_attend); }
+
+}  // namespace mla

@@ -5,9 +5,10 @@
 #include "methods/method.h"
 
 namespace mla {
-namespace {
 
-std::optional<std::string> serves_all(const Batch&) { return std::nullopt; }
+std::optional<std::string> methods::serves_all(const Batch&) { return std::nullopt; }
+
+namespace {
 
 std::vector<MethodImpl> build_registry() {
   std::vector<MethodImpl> r;
@@ -15,10 +16,13 @@ std::vector<MethodImpl> build_registry() {
   for (Platform p : all_platforms()) {
     if (p == Platform::ROCM || !platform_built(p)) continue;  // ROCm runs its twins instead
     r.push_back({ForwardMethod::MHA, p, methods::mha_cannot_serve, steps::prepare_latent, methods::mha_core});
-    r.push_back({ForwardMethod::MHA_ONE_SHOT, p, serves_all, steps::prepare_latent, methods::mha_one_shot_core});
-    r.push_back({ForwardMethod::MHA_CHUNKED_KV, p, serves_all, steps::prepare_latent, methods::mha_chunked_kv_core});
-    r.push_back({ForwardMethod::MLA, p, serves_all, steps::prepare_latent, methods::mla_core});
+    r.push_back({ForwardMethod::MHA_ONE_SHOT, p, methods::serves_all, steps::prepare_latent, methods::mha_one_shot_core});
+    r.push_back({ForwardMethod::MHA_CHUNKED_KV, p, methods::serves_all, steps::prepare_latent, methods::mha_chunked_kv_core});
+    r.push_back({ForwardMethod::MLA, p, methods::serves_all, steps::prepare_latent, methods::mla_core});
   }
+#ifdef MLA_WITH_ROCM
+  rocm::add_twins(r);  // the ROCm platform's own methods (src/platform/rocm/twins.cpp)
+#endif
   return r;
 }
 

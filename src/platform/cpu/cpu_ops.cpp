@@ -560,12 +560,20 @@ namespace cuda {
 std::unique_ptr<Ops> make_cuda_ops(DType act);
 }
 #endif
+#ifdef MLA_WITH_ROCM
+namespace rocm {
+std::unique_ptr<Ops> make_rocm_ops(DType act, const RocmSettings& settings);
+}
+#endif
 
-std::unique_ptr<Ops> make_ops(Platform p, DType act) {
+std::unique_ptr<Ops> make_ops(Platform p, DType act, const PlatformOptions& options) {
   switch (p) {
     case Platform::CPU: return cpu::make_cpu_ops(act);
 #ifdef MLA_WITH_CUDA
     case Platform::CUDA: return cuda::make_cuda_ops(act);
+#endif
+#ifdef MLA_WITH_ROCM
+    case Platform::ROCM: return rocm::make_rocm_ops(act, options.rocm);
 #endif
     default: fail("platform {} is not built into this mla", platform_name(p));
   }

@@ -15,14 +15,16 @@
 #include "mla/config.h"
 #include "mla/error.h"
 #include "mla/platform_ops.h"
-#include "platform/cuda/attention_kernels.h"
+#include "platform/gpu/attention_kernels.h"
 #include "platform/cuda/cuda_check.h"
-#include "platform/cuda/elementwise.h"
+#include "platform/gpu/elementwise.h"
 #include "platform/cuda/mha_prefill.h"
 #include "platform/cuda/mla_decode.h"
 
 namespace mla::cuda {
 namespace {
+
+using namespace gpu;  // the shared kernels and types
 
 using json = nlohmann::json;
 
@@ -169,10 +171,14 @@ json bench_mha(const std::string& kind, int sq, int sk, bool causal, const Ceili
   return j;
 }
 
-// One whole DeepSeek-V3 attention layer through the platform's ops (bf16, bf16 KV, page 64).
-json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, int fresh, const Ceilings& c, int runs) {
+// One whole DeepSeek-V3 attention layer through a platform's ops (bf16, bf16 KV, page 64), by the
+// method its default backend dispatches: the CUDA platform, or the ROCm twins on this GPU
+// (rocm-on-cuda, with `options` and `ds` choosing target, absorb format and fused-RoPE decode).
+json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, int fresh, const Ceilings& c, int runs,
+                 Platform platform = Platform::CUDA, const PlatformOptions& options = {},
+                 const DispatchSettings& ds = {}) {
   AttentionConfig cfg = preset_config("deepseek-v3");
-  std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, DType::BF16);
+  std::unique_ptr<Ops> ops = make_ops(platform, DType::BF16, options);
   AttentionWeights w = random_attention_weights(cfg, 5, DType::BF16);
   AttentionLayer layer(cfg, w, *ops);
   const int64_t per = (prefix + fresh + 63) / 64 * 64;
@@ -188,13 +194,13 @@ json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, i
   fill_random(x.data(), Elem::BF16, size_t(x.numel()), 9, 1.f, nullptr);
   ops->synchronize();
   cudaStream_t s = nullptr;  // the layer runs on the ops' stream; events on the legacy stream order with it
-  DispatchSettings ds;
-  ForwardMethod m = dispatch(BatchSummary::of(batch), ds, Platform::CUDA).resolved;
+  ForwardMethod m = dispatch(BatchSummary::of(batch), ds, platform).resolved;
   const double us = time_us(s, runs, [&](int) {
     layer.forward(x, plan, pool, 0, m, ds);
     ops->synchronize();
   }, 1);
-  json j = {{"name", name}, {"us", us}, {"method", method_name(m)}};
+  json j = {{"name", name}, {"us", us}, {"method", method_name(m)}, {"platform", platform_name(platform)}};
+  if (platform == Platform::ROCM) j["rocm"] = options.rocm.describe();
   (void)c;
   return j;
 }
@@ -211,23 +217,49 @@ json run_bench(const BenchOptions& o) {
   json out = {{"device", prop.name}, {"sms", prop.multiProcessorCount},
               {"ceilings", {{"copy_gbs", c.copy_gbs}, {"gemm_bf16_tflops", c.gemm_tflops}}}};
   json mla = json::array(), mha = json::array(), layers = json::array();
-  const std::vector<int> heads = {128, 16}, batches = o.quick ? std::vector<int>{1, 128} : std::vector<int>{1, 16, 128};
-  const std::vector<int> lens = o.quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 16384};
-  for (int h : heads)
-    for (int b : batches)
-      for (int sk : lens)
-        for (int sq : {1, 2})
-          for (Elem kv : {Elem::BF16, Elem::FP8_E4M3FN}) mla.push_back(bench_mla(h, b, sk, sq, kv, c, runs, s));
-  for (int sl : lens) {
-    mha.push_back(bench_mha("causal", sl, sl, true, c, runs, s));
-    mha.push_back(bench_mha("one_shot_prefix", sl / 4, sl, true, c, runs, s));
-    mha.push_back(bench_mha("prefix_chunk", sl / 4, sl, false, c, runs, s));
+  if (!o.rocm_only) {
+    const std::vector<int> heads = {128, 16}, batches = o.quick ? std::vector<int>{1, 128} : std::vector<int>{1, 16, 128};
+    const std::vector<int> lens = o.quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 16384};
+    for (int h : heads)
+      for (int b : batches)
+        for (int sk : lens)
+          for (int sq : {1, 2})
+            for (Elem kv : {Elem::BF16, Elem::FP8_E4M3FN}) mla.push_back(bench_mla(h, b, sk, sq, kv, c, runs, s));
+    for (int sl : lens) {
+      mha.push_back(bench_mha("causal", sl, sl, true, c, runs, s));
+      mha.push_back(bench_mha("one_shot_prefix", sl / 4, sl, true, c, runs, s));
+      mha.push_back(bench_mha("prefix_chunk", sl / 4, sl, false, c, runs, s));
+    }
+    layers.push_back(bench_layer("layer decode b128 s4096 (V3)", ForwardMode::DECODE, 128, 4095, 1, c, o.quick ? 3 : 10));
+    layers.push_back(bench_layer("layer prefill s4096 (V3)", ForwardMode::EXTEND, 1, 0, 4096, c, o.quick ? 2 : 5));
+    out["mla_decode"] = mla;
+    out["mha_prefill"] = mha;
+    out["layer"] = layers;
   }
-  layers.push_back(bench_layer("layer decode b128 s4096 (V3)", ForwardMode::DECODE, 128, 4095, 1, c, o.quick ? 3 : 10));
-  layers.push_back(bench_layer("layer prefill s4096 (V3)", ForwardMode::EXTEND, 1, 0, 4096, c, o.quick ? 2 : 5));
-  out["mla_decode"] = mla;
-  out["mha_prefill"] = mha;
-  out["layer"] = layers;
+  // The ROCm twins on this GPU against the CUDA platform (smaller shapes: the twins' attention is
+  // the portable SIMT kernel and their GEMMs our own).
+  struct RocmRow { const char* name; ForwardMode mode; int b, prefix, fresh; RocmArch arch; AbsorbFormat absorb; bool fused; };
+  const RocmRow rocm_rows[] = {
+      {"decode b32 s1024 (V3)", ForwardMode::DECODE, 32, 1023, 1, RocmArch::GFX942, AbsorbFormat::ACT, false},
+      {"decode b32 s1024 (V3)", ForwardMode::DECODE, 32, 1023, 1, RocmArch::GFX942, AbsorbFormat::ACT, true},
+      {"decode b32 s1024 (V3)", ForwardMode::DECODE, 32, 1023, 1, RocmArch::GFX942, AbsorbFormat::FP8, false},
+      {"decode b32 s1024 (V3)", ForwardMode::DECODE, 32, 1023, 1, RocmArch::GFX950, AbsorbFormat::MXFP4, false},
+      {"prefill s1024 (V3)", ForwardMode::EXTEND, 1, 0, 1024, RocmArch::GFX942, AbsorbFormat::ACT, false},
+  };
+  json rocm = json::array();
+  for (const RocmRow& r : rocm_rows) {
+    PlatformOptions po;
+    po.rocm.arch = r.arch, po.rocm.absorb = r.absorb;
+    DispatchSettings ds;
+    ds.fused_decode_rope = r.fused;
+    const int n = o.quick ? 2 : 5;
+    json row = {{"layer", r.name},
+                {"cuda", bench_layer(r.name, r.mode, r.b, r.prefix, r.fresh, c, n)},
+                {"rocm", bench_layer(r.name, r.mode, r.b, r.prefix, r.fresh, c, n, Platform::ROCM, po, ds)}};
+    row["rocm_over_cuda"] = row["rocm"]["us"].get<double>() / row["cuda"]["us"].get<double>();
+    rocm.push_back(row);
+  }
+  out["rocm_vs_cuda"] = rocm;
   cudaStreamDestroy(s);
   return out;
 }

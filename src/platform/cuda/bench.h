@@ -10,6 +10,7 @@ namespace mla::cuda {
 struct BenchOptions {
   bool quick = false;  // fewer shapes and runs (a smoke test)
   int runs = 20;       // timed runs per row (median reported)
+  bool rocm_only = false;  // only the ROCm-twins-vs-CUDA layer rows
 };
 nlohmann::json run_bench(const BenchOptions& o);
 

@@ -1,27 +1,15 @@
-// Checking every CUDA and cuBLAS call: a failure becomes a one-line mla::Error naming the call.
-// (The failure path lives in a .cpp: fmt's compile-time format checks do not build under nvcc.)
+// Checking cuBLAS calls (CUDA runtime calls use MLA_GPU_CHECK of platform/gpu/gpu_check.h).
 #pragma once
 #include <cublas_v2.h>
-#include <cuda_runtime.h>
 
-namespace mla::cuda {
-[[noreturn]] void cuda_fail(const char* kind, const char* what, const char* call, const char* file,
-                            int line);
-}
+#include "platform/gpu/gpu_check.h"
 
-#define MLA_CUDA_CHECK(call)                                                                   \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess)                                                                   \
-      ::mla::cuda::cuda_fail("CUDA", cudaGetErrorString(err_), #call, __FILE__, __LINE__);     \
-  } while (0)
+#define MLA_CUDA_CHECK(call) MLA_GPU_CHECK(call)
+#define MLA_CUDA_LAUNCH_CHECK() MLA_GPU_LAUNCH_CHECK()
 
 #define MLA_CUBLAS_CHECK(call)                                                                 \
   do {                                                                                         \
     cublasStatus_t st_ = (call);                                                               \
     if (st_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      ::mla::cuda::cuda_fail("cuBLAS", cublasGetStatusString(st_), #call, __FILE__, __LINE__); \
+      ::mla::gpu::gpu_fail("cuBLAS", cublasGetStatusString(st_), #call, __FILE__, __LINE__);   \
   } while (0)
-
-// After a launch: the launch itself (configuration errors) is checked at once.
-#define MLA_CUDA_LAUNCH_CHECK() MLA_CUDA_CHECK(cudaGetLastError())

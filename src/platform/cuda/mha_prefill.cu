@@ -632,7 +632,7 @@ EncodeFn tensor_map_encoder() {
     cudaDriverEntryPointQueryResult qr{};
     MLA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &qr));
     if (qr != cudaDriverEntryPointSuccess || f == nullptr)
-      cuda_fail("CUDA", "driver entry point not found", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+      gpu::gpu_fail("CUDA", "driver entry point not found", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
     return reinterpret_cast<EncodeFn>(f);
   }();
   return fn;
@@ -649,7 +649,7 @@ CUtensorMap head_tensor_map(const void* ptr, int H, int D, int64_t rows) {
                                           strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) cuda_fail("CUDA driver", "tensor map rejected", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+  if (r != CUDA_SUCCESS) gpu::gpu_fail("CUDA driver", "tensor map rejected", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
   return m;
 }
 

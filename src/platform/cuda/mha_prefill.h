@@ -6,9 +6,16 @@
 //     64 query rows × 64 keys per tile.
 // No host synchronization or allocation (capturable in a CUDA graph).
 #pragma once
-#include "platform/cuda/attention_kernels.h"
+#include "platform/gpu/attention_kernels.h"
 
 namespace mla::cuda {
+
+// The shared GPU types (platform/gpu) these CUDA-only kernels take.
+using gpu::DeviceSegments;
+using gpu::Elem;
+using gpu::MhaParams;
+using gpu::MlaParams;
+using gpu::Workspace;
 
 // True when p.elem is bf16 and (qk_dim, v_dim) is one of the instantiated pairs:
 // (192,128) (128,128) (96,64) (64,64) (48,32) (40,32) (32,20). Otherwise use the generic kernel.

@@ -4,9 +4,16 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "platform/cuda/attention_kernels.h"
+#include "platform/gpu/attention_kernels.h"
 
 namespace mla::cuda {
+
+// The shared GPU types (platform/gpu) these CUDA-only kernels take.
+using gpu::DeviceSegments;
+using gpu::Elem;
+using gpu::MhaParams;
+using gpu::MlaParams;
+using gpu::Workspace;
 
 // Bytes of p.ws the fast kernel may use for a batch of total_q query tokens (f32 partial outputs
 // and LSE of the KV splits); 0 when it never splits. num_sms: the device's multiprocessor count.

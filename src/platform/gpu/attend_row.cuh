@@ -1,20 +1,20 @@
-// The general attention kernels (CUDA cores, f32 math, any dims): one block per (query, head),
-// online softmax over key chunks. The exact path for f32 activations and odd shapes; the fast
-// tensor-core kernels live in mha_prefill.cu and mla_decode.cu.
+// The row-attention core of the SIMT attention kernels, shared by the general kernels
+// (attention_generic.cu) and the ROCm platform's kernels: one block of kThreads per (query, head),
+// online softmax over key chunks of kThreads, f32 math. Keys and values are reached through a
+// `Keys` type: key(j, d) and val(j, d) for key j of the query's segment.
+#pragma once
 #include <cmath>
 
-#include "platform/cuda/cuda_check.h"
-#include "platform/cuda/elem.cuh"
+#include "platform/gpu/elem.cuh"
 
-namespace mla::cuda {
-namespace {
+namespace mla::gpu::attend {
 
 constexpr int kThreads = 128;
 constexpr int kMaxAcc = 8;  // Dv ≤ kThreads · kMaxAcc = 1024
 
-__device__ float block_reduce(float v, bool is_max, float* red) {
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) {
   for (int o = 16; o > 0; o >>= 1) {
-    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    const float u = shfl_xor(v, o);
     v = is_max ? fmaxf(v, u) : v + u;
   }
   __syncthreads();
@@ -27,14 +27,18 @@ __device__ float block_reduce(float v, bool is_max, float* red) {
 
 // Keys are reached through `Keys`: k(j) gives the element pointer base and element index of key
 // j's row; values are the first Dv columns of a separate or the same row.
+// Decompressed k[S, H, qk] (element type ke, each value × k_scale: 1 unless quantized) and
+// v[S, H, dv] (element type ve).
 struct MhaKeys {
   const void* k;
   const void* v;
-  Elem e;
+  Elem ke, ve;
+  float k_scale;
   int64_t H, h, qk, dv, k0;
-  __device__ float key(int64_t j, int64_t d) const { return load_elem(k, e, size_t(((k0 + j) * H + h) * qk + d)); }
-  __device__ float val(int64_t j, int64_t d) const { return load_elem(v, e, size_t(((k0 + j) * H + h) * dv + d)); }
+  __device__ float key(int64_t j, int64_t d) const { return load_elem(k, ke, size_t(((k0 + j) * H + h) * qk + d)) * k_scale; }
+  __device__ float val(int64_t j, int64_t d) const { return load_elem(v, ve, size_t(((k0 + j) * H + h) * dv + d)); }
 };
+// Latent rows of the pool kv[slots, D] (× the pool scale); values are the rows' first Dv columns.
 struct MlaKeys {
   const void* kv;
   Elem e;
@@ -87,7 +91,7 @@ __device__ void attend_row(const Keys& keys, const float* q /*smem [qk]*/, int64
   if (threadIdx.x == 0) *lse_out = visible > 0 ? m + logf(l) : -INFINITY;
 }
 
-__device__ bool query_of(const DeviceSegments& seg, int64_t& t, int64_t& visible, int64_t& k0) {
+__device__ __forceinline__ bool query_of(const DeviceSegments& seg, int64_t& t, int64_t& visible, int64_t& k0) {
   const int r = blockIdx.z, i = blockIdx.x;
   const int64_t qlen = seg.q_len[r], klen = seg.k_len[r];
   if (i >= qlen) return false;
@@ -98,7 +102,9 @@ __device__ bool query_of(const DeviceSegments& seg, int64_t& t, int64_t& visible
   return true;
 }
 
-__global__ void __launch_bounds__(kThreads) mha_generic_k(MhaParams p) {
+// One (query, head) block of MHA attention: q[t, h] against its segment's k, v (k stored as
+// k_elem × k_scale; q, v and o in p.elem). Dynamic shared memory: qk_dim + kThreads + 32 floats.
+__device__ __forceinline__ void mha_query_block(const MhaParams& p, Elem k_elem, float k_scale) {
   extern __shared__ float smem[];
   float *q = smem, *scores = smem + p.qk_dim, *red = scores + kThreads;
   int64_t t, visible, k0;
@@ -106,38 +112,9 @@ __global__ void __launch_bounds__(kThreads) mha_generic_k(MhaParams p) {
   const int64_t h = blockIdx.y, H = p.num_heads;
   for (int64_t c = threadIdx.x; c < p.qk_dim; c += kThreads) q[c] = load_elem(p.q, p.elem, size_t((t * H + h) * p.qk_dim + c));
   __syncthreads();
-  MhaKeys keys{p.k, p.v, p.elem, H, h, p.qk_dim, p.v_dim, k0};
+  MhaKeys keys{p.k, p.v, k_elem, p.elem, k_scale, H, h, p.qk_dim, p.v_dim, k0};
   attend_row(keys, q, p.qk_dim, p.v_dim, visible, p.softmax_scale, p.o, p.elem, size_t((t * H + h) * p.v_dim),
              p.lse + t * H + h, scores, red);
 }
 
-__global__ void __launch_bounds__(kThreads) mla_generic_k(MlaParams p) {
-  extern __shared__ float smem[];
-  float *q = smem, *scores = smem + p.head_dim, *red = scores + kThreads;
-  int64_t t, visible, k0;
-  if (!query_of(p.seg, t, visible, k0)) return;
-  const int64_t h = blockIdx.y, H = p.num_heads;
-  for (int64_t c = threadIdx.x; c < p.head_dim; c += kThreads) q[c] = load_elem(p.q, p.q_elem, size_t((t * H + h) * p.head_dim + c));
-  __syncthreads();
-  MlaKeys keys{p.kv, p.kv_elem, p.kv_scale, p.kv_slots, p.head_dim, k0};
-  attend_row(keys, q, p.head_dim, p.v_dim, visible, p.softmax_scale, p.o, p.o_elem, size_t((t * H + h) * p.v_dim),
-             p.lse + t * H + h, scores, red);
-}
-
-}  // namespace
-
-void mha_attention_generic(const MhaParams& p) {
-  if (p.seg.num_requests == 0 || p.seg.max_q_len == 0) return;
-  const size_t smem = sizeof(float) * (p.qk_dim + kThreads + 32);
-  mha_generic_k<<<dim3(unsigned(p.seg.max_q_len), unsigned(p.num_heads), unsigned(p.seg.num_requests)), kThreads, smem, p.stream>>>(p);
-  MLA_CUDA_LAUNCH_CHECK();
-}
-
-void mla_attention_generic(const MlaParams& p) {
-  if (p.seg.num_requests == 0 || p.seg.max_q_len == 0) return;
-  const size_t smem = sizeof(float) * (p.head_dim + kThreads + 32);
-  mla_generic_k<<<dim3(unsigned(p.seg.max_q_len), unsigned(p.num_heads), unsigned(p.seg.num_requests)), kThreads, smem, p.stream>>>(p);
-  MLA_CUDA_LAUNCH_CHECK();
-}
-
-}  // namespace mla::cuda
+}  // namespace mla::gpu::attend

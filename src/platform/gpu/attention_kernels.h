@@ -1,15 +1,15 @@
-// Parameter structs and launchers of the CUDA attention kernels (one kernel family per .cu file).
+// Parameter structs and launchers of the GPU attention kernels (one kernel family per .cu file).
 // Plain pointers, sizes and strides in elements; everything already checked by the caller; no host
 // synchronization inside (capturable in a CUDA graph).
 #pragma once
 #include <cstdint>
 
-#include <cuda_runtime.h>
+#include "platform/gpu/gpu_runtime.h"
 
-namespace mla::cuda {
+namespace mla::gpu {
 
 // Element types of the tensors a kernel reads or writes.
-enum class Elem : int { F32 = 0, BF16 = 1, FP8_E4M3FN = 2 };
+enum class Elem : int { F32 = 0, BF16 = 1, FP8_E4M3FN = 2, FP8_E4M3FNUZ = 3 };
 
 // Ragged segments on the device: request r's queries [q_start[r], +q_len[r]) attend keys
 // [k_start[r], +k_len[r]) (for MLA: indices into kv_slots). Causal masks align bottom-right:
@@ -55,7 +55,7 @@ struct MlaParams {
   Workspace ws;
   cudaStream_t stream;
 };
-// The general kernel (f32 or bf16 activations, any D ≤ 1024, CUDA cores): the exact path.
+// The general kernel (f32 or bf16 activations, any D ≤ 1024, SIMT cores): the exact path.
 void mla_attention_generic(const MlaParams& p);
 
 // ---- MHA attention (decompressed K/V), ragged -------------------------------------------------
@@ -76,4 +76,4 @@ struct MhaParams {
 };
 void mha_attention_generic(const MhaParams& p);
 
-}  // namespace mla::cuda
+}  // namespace mla::gpu

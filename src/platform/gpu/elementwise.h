@@ -1,11 +1,11 @@
-// Launchers of the small CUDA kernels (norms, RoPE, copies, MoE gather/scatter, LSE merge, cache).
+// Launchers of the small GPU kernels (norms, RoPE, copies, MoE gather/scatter, LSE merge, cache).
 // Sizes in elements; pointers on the device; all launches on `s`.
 #pragma once
 #include <cstdint>
 
-#include "platform/cuda/attention_kernels.h"
+#include "platform/gpu/attention_kernels.h"
 
-namespace mla::cuda {
+namespace mla::gpu {
 
 void fill(void* p, Elem e, size_t n, float v, cudaStream_t s);
 // Pseudo-random values (a hash of seed and index; roughly normal, std `scale`): benchmark data.
@@ -47,4 +47,4 @@ void cache_write(const void* rows, Elem re, void* pool, Elem pe, const int32_t* 
 void cache_read(const void* pool, Elem pe, const int32_t* slots, int64_t T, int64_t D, float scale,
                 void* rows, Elem re, cudaStream_t s);
 
-}  // namespace mla::cuda
+}  // namespace mla::gpu

@@ -1,12 +1,14 @@
-// The small CUDA kernels: memory-bound, one thread per element (or a block per row for norms),
+// The small GPU kernels (CUDA and HIP from this one source): memory-bound, one thread per element (or a block per row for norms),
 // float math, element types chosen at run time.
 #include <cmath>
 
-#include "platform/cuda/cuda_check.h"
-#include "platform/cuda/elem.cuh"
-#include "platform/cuda/elementwise.h"
+#include "platform/gpu/gpu_check.h"
+#include "platform/gpu/elem.cuh"
+#include "platform/gpu/elementwise.h"
+#include "platform/gpu/norm.cuh"
+#include "platform/gpu/rope.cuh"
 
-namespace mla::cuda {
+namespace mla::gpu {
 namespace {
 
 constexpr int kThreads = 256;
@@ -38,25 +40,7 @@ __global__ void convert_k(const void* src, Elem se, void* dst, Elem de, size_t n
 }
 
 __global__ void rmsnorm_k(void* x, Elem e, int64_t ld, int64_t n, const void* w, Elem we, float eps) {
-  const size_t row = size_t(blockIdx.x) * size_t(ld);
-  float ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = load_elem(x, e, row + i);
-    ss += v * v;
-  }
-  __shared__ float part[32];
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    ss = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (threadIdx.x == 0) part[0] = ss;
-  }
-  __syncthreads();
-  const float inv = rsqrtf(part[0] / float(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    store_elem(x, e, row + i, load_elem(x, e, row + i) * inv * load_elem(w, we, i));
+  rmsnorm_row(x, e, size_t(blockIdx.x) * size_t(ld), n, w, we, eps);
 }
 
 __global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,
@@ -65,11 +49,10 @@ __global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_d
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= size_t(T * heads * half)) return;
   const int64_t i = int64_t(idx % half), th = int64_t(idx / half), t = th / heads;
-  double sn, cs;
-  sincos(double(pos[t]) * inv_freq[i], &sn, &cs);
-  const float c = float(cs * af), s = float(sn * af);
+  float c, s;
+  rope_cos_sin(pos[t], inv_freq[i], af, c, s);
   const size_t base = size_t(th) * head_dim + off;
-  const size_t i0 = base + (interleave ? 2 * i : i), i1 = base + (interleave ? 2 * i + 1 : i + half);
+  const size_t i0 = base + rope_first(i, half, interleave), i1 = base + rope_second(i, half, interleave);
   const float x0 = load_elem(x, e, i0), x1 = load_elem(x, e, i1);
   store_elem(x, e, i0, x0 * c - x1 * s);
   store_elem(x, e, i1, x0 * s + x1 * c);
@@ -163,7 +146,7 @@ __global__ void cache_read_k(const void* pool, Elem pe, const int32_t* slots, in
   do {                                                                                    \
     if ((n) > 0) {                                                                        \
       kernel<<<blocks_for(size_t(n), kThreads), kThreads, 0, stream>>>(__VA_ARGS__);      \
-      MLA_CUDA_LAUNCH_CHECK();                                                            \
+      MLA_GPU_LAUNCH_CHECK();                                                            \
     }                                                                                     \
   } while (0)
 
@@ -177,7 +160,7 @@ void convert(const void* src, Elem se, void* dst, Elem de, size_t n, cudaStream_
 void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps, cudaStream_t s) {
   if (M == 0) return;
   rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(x, e, ld, n, w, we, eps);
-  MLA_CUDA_LAUNCH_CHECK();
+  MLA_GPU_LAUNCH_CHECK();
 }
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off, const int32_t* positions,
           const double* inv_freq, int64_t half, double af, bool interleave, cudaStream_t s) {
@@ -209,7 +192,7 @@ void silu_mul(const void* g, const void* u, Elem e, void* out, size_t n, cudaStr
 void merge(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d, cudaStream_t s) {
   if (n == 0) return;
   merge_k<<<unsigned(n), 128, 0, s>>>(o, e, lse, ob, lseb, n, d);
-  MLA_CUDA_LAUNCH_CHECK();
+  MLA_GPU_LAUNCH_CHECK();
 }
 void cache_write(const void* rows, Elem re, void* pool, Elem pe, const int32_t* slots, int64_t T, int64_t D,
                  float scale, cudaStream_t s) {
@@ -220,4 +203,4 @@ void cache_read(const void* pool, Elem pe, const int32_t* slots, int64_t T, int6
   MLA_LAUNCH(cache_read_k, T * D, s, pool, pe, slots, T, D, scale, rows, re);
 }
 
-}  // namespace mla::cuda
+}  // namespace mla::gpu

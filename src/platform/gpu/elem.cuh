@@ -1,0 +1,39 @@
+// Element access for the shared GPU kernels: f32, bf16, fp8 e4m3fn and e4m3fnuz, loaded and stored
+// through float with the bit-level conversions of mla/fp_formats.h (the same code on CUDA and HIP,
+// tested exhaustively on the CPU).
+#pragma once
+#include "mla/fp_formats.h"
+#include "platform/gpu/attention_kernels.h"
+
+namespace mla::gpu {
+
+__device__ __forceinline__ float load_elem(const void* p, Elem e, size_t i) {
+  switch (e) {
+    case Elem::F32: return static_cast<const float*>(p)[i];
+    case Elem::BF16: return fp::bf16_decode(static_cast<const uint16_t*>(p)[i]);
+    case Elem::FP8_E4M3FN: return fp::e4m3fn_decode(static_cast<const uint8_t*>(p)[i]);
+    default: return fp::e4m3fnuz_decode(static_cast<const uint8_t*>(p)[i]);
+  }
+}
+
+// Round to nearest even; fp8 saturates to ±max (as the KV quantizers do).
+__device__ __forceinline__ void store_elem(void* p, Elem e, size_t i, float v) {
+  switch (e) {
+    case Elem::F32: static_cast<float*>(p)[i] = v; break;
+    case Elem::BF16: static_cast<uint16_t*>(p)[i] = fp::bf16_encode(v); break;
+    case Elem::FP8_E4M3FN: static_cast<uint8_t*>(p)[i] = fp::e4m3fn_encode(v); break;
+    default: static_cast<uint8_t*>(p)[i] = fp::e4m3fnuz_encode(v); break;
+  }
+}
+
+// v as element type e stores it (what a later load returns).
+__device__ __forceinline__ float round_as(float v, Elem e) {
+  if (e == Elem::F32) return v;
+  uint32_t bits = 0;
+  store_elem(&bits, e, 0, v);
+  return load_elem(&bits, e, 0);
+}
+
+inline int blocks_for(size_t n, int threads) { return int((n + threads - 1) / threads); }
+
+}  // namespace mla::gpu

@@ -1,0 +1,243 @@
+// The GPU platforms' shared Ops (CUDA and ROCm, one source through the runtime shim): device
+// memory on one stream, the small kernels of elementwise.cu, the cache ops and the general
+// attention kernels. A platform derives from it and adds its GEMMs (cuBLAS on CUDA, our own
+// kernels on ROCm) and its faster kernels where they apply.
+#pragma once
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "mla/error.h"
+#include "mla/ops.h"
+#include "platform/gpu/attention_kernels.h"
+#include "platform/gpu/elementwise.h"
+#include "platform/gpu/gpu_check.h"
+
+namespace mla::gpu {
+
+Elem elem_of(DType t);  // f32, bf16, fp8 e4m3fn / e4m3fnuz; throws Error naming anything else
+inline int64_t rows_of(const Tensor& t) { return t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
+void expect(bool ok, const char* op, const std::string& what);  // throws "<platform> <op>: what"
+
+class GpuOps : public Ops {
+ public:
+  // `platform` tags the tensors (Platform::CUDA or Platform::ROCM); throws Error without a device.
+  GpuOps(Platform platform, DType act);
+  ~GpuOps() override;
+
+  Platform platform() const override { return platform_; }
+  DType act_dtype() const override { return act_; }
+  void synchronize() override;
+  cudaStream_t stream() const { return stream_; }
+  int num_sms() const { return num_sms_; }
+
+  Tensor empty(DType dtype, Shape shape) override {
+    int64_t n = 1;
+    for (int64_t d : shape) {
+      if (d < 0) fail("{}: tensor shape {} has a negative dimension", platform_name(platform_), shape_str(shape));
+      n *= d;
+    }
+    void* p = nullptr;
+    const size_t bytes = std::max<size_t>(size_t(n) * dtype_size(dtype), 16);
+    MLA_GPU_CHECK(cudaMallocAsync(&p, bytes, stream_));
+    // NaN in f32, bf16, e4m3fn (0xff) and e4m3fnuz (0x80)
+    if (poison_) MLA_GPU_CHECK(cudaMemsetAsync(p, dtype == DType::F8_E4M3FNUZ ? 0x80 : 0xff, bytes, stream_));
+    std::shared_ptr<StreamObject> s = stream_owner_;
+    return Tensor(dtype, std::move(shape), platform_,
+                  std::shared_ptr<void>(p, [s](void* q) { (void)cudaFreeAsync(q, s.get()); }));
+  }
+  Tensor upload(const Tensor& host) override {
+    expect(host.platform() == Platform::CPU, "upload", "source is not a host tensor");
+    Tensor t = empty(host.dtype(), host.shape());
+    MLA_GPU_CHECK(cudaMemcpyAsync(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+    return t;
+  }
+  Tensor download(const Tensor& t) override {
+    Tensor h = Tensor::host(t.dtype(), t.shape());
+    MLA_GPU_CHECK(cudaMemcpyAsync(h.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    return h;
+  }
+  void fill(Tensor& t, double v) override { gpu::fill(t.data(), elem_of(t.dtype()), size_t(t.numel()), float(v), stream_); }
+  void rmsnorm(Tensor& x, int64_t n, const Tensor& w, double eps) override {
+    const int64_t ld = x.dim(-1);
+    expect(n <= ld && w.numel() == n, "rmsnorm", "weight size");
+    gpu::rmsnorm(x.data(), elem_of(x.dtype()), rows_of(x), ld, n, w.data(), elem_of(w.dtype()), float(eps), stream_);
+  }
+
+  void rope(Tensor& x, int64_t heads, int64_t head_dim, int64_t rot_offset, const std::vector<int32_t>& positions,
+            const RopeFrequencies& f) override {
+    const int64_t T = x.numel() / (heads * head_dim), half = int64_t(f.inv_freq.size());
+    expect(x.numel() == T * heads * head_dim && rot_offset + 2 * half <= head_dim && int64_t(positions.size()) == T,
+           "rope", "shape mismatch");
+    if (T == 0) return;
+    const int32_t* pos = ints(positions, 0);
+    const double* inv = doubles(f.inv_freq);
+    gpu::rope(x.data(), elem_of(x.dtype()), T, heads, head_dim, rot_offset, pos, inv, half, f.attention_factor,
+               f.interleave, stream_);
+  }
+
+  void take_cols(const Tensor& x, int64_t c0, Tensor& out) override {
+    expect(out.dtype() == x.dtype() && rows_of(out) == rows_of(x) && c0 + out.dim(-1) <= x.dim(-1), "take_cols", "shape");
+    gpu::take_cols(x.data(), elem_of(x.dtype()), rows_of(x), x.dim(-1), c0, out.dim(-1), out.data(), stream_);
+  }
+
+  void cache_write(KVPool& pool, int64_t layer, const std::vector<int32_t>& slots, const Tensor& rows) override {
+    const int64_t D = pool.config().row_dim;
+    expect(rows.dim(-1) == D && rows_of(rows) == int64_t(slots.size()), "cache_write", "rows do not match the slots");
+    check_slots(pool, slots, "cache_write");
+    Tensor& buf = pool.buffer(layer);
+    gpu::cache_write(rows.data(), elem_of(rows.dtype()), buf.data(), elem_of(buf.dtype()), ints(slots, 1),
+                      int64_t(slots.size()), D, float(pool.scale(layer)), stream_);
+  }
+  void cache_read(const KVPool& pool, int64_t layer, const std::vector<int32_t>& slots, Tensor& rows) override {
+    const int64_t D = pool.config().row_dim;
+    expect(rows.dim(-1) == D && rows_of(rows) == int64_t(slots.size()), "cache_read", "rows do not match the slots");
+    check_slots(pool, slots, "cache_read");
+    const Tensor& buf = pool.buffer(layer);
+    gpu::cache_read(buf.data(), elem_of(buf.dtype()), ints(slots, 1), int64_t(slots.size()), D,
+                     float(pool.scale(layer)), rows.data(), elem_of(rows.dtype()), stream_);
+  }
+
+  void build_kv(const Tensor& kv, const Tensor& rows, int64_t L, int64_t H, int64_t dn, int64_t dr, int64_t dv,
+                Tensor& k, Tensor& v) override {
+    const int64_t S = rows_of(rows);
+    expect(kv.numel() == S * H * (dn + dv) && k.numel() == S * H * (dn + dr) && v.numel() == S * H * dv, "build_kv", "shape");
+    gpu::build_kv(kv.data(), rows.data(), elem_of(rows.dtype()), rows.dim(-1), elem_of(k.dtype()), S, H, L, dn, dr, dv,
+                   k.data(), v.data(), stream_);
+  }
+
+  void merge(Tensor& o, Tensor& lse, const Tensor& ob, const Tensor& lseb) override {
+    const int64_t n = lse.numel(), d = o.dim(-1);
+    expect(o.numel() == n * d && ob.numel() == n * d && lseb.numel() == n, "merge", "shape");
+    gpu::merge(o.data(), elem_of(o.dtype()), lse.ptr<float>(), ob.data(), lseb.ptr<float>(), n, d, stream_);
+  }
+
+  void gather_rows(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
+    const int64_t d = table.dim(-1), n = int64_t(ids.size());
+    expect(out.numel() == n * d, "gather_rows", "shape");
+    for (int32_t i : ids) expect(i >= 0 && i < rows_of(table), "gather_rows", "row out of range");
+    gpu::gather_rows(table.data(), elem_of(table.dtype()), ints(ids, 2), n, d, out.data(), elem_of(out.dtype()), stream_);
+  }
+  void scatter_add_rows(const Tensor& src, const std::vector<int32_t>& rows, const std::vector<float>& w,
+                        Tensor& out) override {
+    const int64_t d = out.dim(-1), n = int64_t(rows.size());
+    expect(src.numel() == n * d && w.size() == rows.size(), "scatter_add_rows", "shape");
+    for (int32_t r : rows) expect(r >= 0 && r < rows_of(out), "scatter_add_rows", "row out of range");
+    gpu::scatter_add_rows(src.data(), elem_of(src.dtype()), ints(rows, 3), floats(w), n, d, out.data(),
+                           elem_of(out.dtype()), stream_);
+  }
+  void add(Tensor& x, const Tensor& y) override {
+    expect(x.numel() == y.numel(), "add", "shape");
+    gpu::add(x.data(), elem_of(x.dtype()), y.data(), elem_of(y.dtype()), size_t(x.numel()), stream_);
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    expect(src.numel() == dst.numel(), "copy", "element counts differ");
+    if (src.dtype() == dst.dtype())
+      MLA_GPU_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+    else
+      gpu::convert(src.data(), elem_of(src.dtype()), dst.data(), elem_of(dst.dtype()), size_t(src.numel()), stream_);
+  }
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    expect(gate.numel() == up.numel() && out.numel() == gate.numel(), "silu_mul", "shape");
+    gpu::silu_mul(gate.data(), up.data(), elem_of(gate.dtype()), out.data(), size_t(gate.numel()), stream_);
+  }
+
+  // Per head: q_mla[:, h, :L] = q[:, h, :dn] · w_kc[h] (strided batched GEMM), then q_pe copied.
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttnSegments& seg, double scale, Tensor& o,
+                 Tensor& lse) override {
+    MhaParams p = mha_params(q, k, v, seg, scale, o, lse);
+    mha_attention_generic(p);
+  }
+  void mla_attention(const Tensor& q, const KVPool& pool, int64_t layer, const std::vector<int32_t>& kv_slots,
+                     const AttnSegments& seg, int64_t L, double scale, Tensor& o, Tensor& lse) override {
+    MlaParams p = mla_params(q, pool, layer, kv_slots, seg, L, scale, o, lse);
+    mla_attention_generic(p);
+  }
+
+ protected:
+  // y[M, N] = x[M, K] · w[N, K]ᵀ: checks the shapes and returns x in w's dtype (converted when they
+  // differ, e.g. bf16 activations through an f32 router), or an undefined tensor when M == 0.
+  Tensor linear_input(const Tensor& x, const Tensor& w, const Tensor& y) {
+    const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
+    expect(w.rank() == 2 && w.dim(1) == K && y.numel() == M * N, "linear",
+           fmt::format("{} · {}ᵀ → {}", shape_str(x.shape()), shape_str(w.shape()), shape_str(y.shape())));
+    if (M == 0) return Tensor();
+    if (x.dtype() == w.dtype()) return x;
+    Tensor xc = empty(w.dtype(), x.shape());
+    copy(x, xc);
+    return xc;
+  }
+
+  // Small host arrays go to reusable device buffers, one per role (slot), in stream order.
+  void* stage(const void* data, size_t bytes, int slot) {
+    Tensor& t = scratch_[slot];
+    if (!t.defined() || t.nbytes() < bytes) t = empty(DType::I32, {int64_t(std::max<size_t>(bytes, 64) / 4 * 2)});
+    if (bytes) MLA_GPU_CHECK(cudaMemcpyAsync(t.data(), data, bytes, cudaMemcpyHostToDevice, stream_));
+    return t.data();
+  }
+  const int32_t* ints(const std::vector<int32_t>& v, int slot) {
+    return static_cast<const int32_t*>(stage(v.data(), v.size() * 4, slot));
+  }
+  const double* doubles(const std::vector<double>& v) { return static_cast<const double*>(stage(v.data(), v.size() * 8, 9)); }
+  const float* floats(const std::vector<float>& v) { return static_cast<const float*>(stage(v.data(), v.size() * 4, 8)); }
+  Workspace workspace(size_t bytes) {
+    Tensor& t = scratch_[20];
+    if (!t.defined() || t.nbytes() < bytes) t = empty(DType::F32, {int64_t((bytes + 3) / 4 + 16)});
+    return {t.data(), t.nbytes()};
+  }
+  DeviceSegments segments(const AttnSegments& seg, int64_t nq, int64_t nk) {
+    const size_t n = seg.q_len.size();
+    expect(seg.q_start.size() == n && seg.k_start.size() == n && seg.k_len.size() == n, "attention", "segment arrays differ");
+    std::vector<int32_t> all(4 * n);
+    int32_t max_q = 0, max_k = 0, total_q = 0;
+    for (size_t r = 0; r < n; ++r) {
+      expect(seg.q_start[r] >= 0 && seg.q_len[r] >= 0 && seg.q_start[r] + seg.q_len[r] <= nq && seg.k_start[r] >= 0 &&
+                 seg.k_len[r] >= 0 && seg.k_start[r] + seg.k_len[r] <= nk,
+             "attention", fmt::format("segment {} is outside {} queries / {} keys", r, nq, nk));
+      all[r] = int32_t(seg.q_start[r]), all[n + r] = int32_t(seg.q_len[r]);
+      all[2 * n + r] = int32_t(seg.k_start[r]), all[3 * n + r] = int32_t(seg.k_len[r]);
+      max_q = std::max(max_q, int32_t(seg.q_len[r])), max_k = std::max(max_k, int32_t(seg.k_len[r]));
+      total_q += int32_t(seg.q_len[r]);
+    }
+    const int32_t* d = ints(all, 4);
+    return {d, d + n, d + 2 * n, d + 3 * n, int32_t(n), max_q, max_k, total_q, seg.causal};
+  }
+  static void check_slots(const KVPool& pool, const std::vector<int32_t>& slots, const char* op) {
+    for (int32_t s : slots)
+      if (s < 0 || s >= pool.num_slots()) fail("gpu {}: slot {} is outside the pool of {} slots", op, s, pool.num_slots());
+  }
+  // The checked kernel parameters of attention() and mla_attention(); derived platforms pick the kernel.
+  MhaParams mha_params(const Tensor& q, const Tensor& k, const Tensor& v, const AttnSegments& seg, double scale,
+                       Tensor& o, Tensor& lse) {
+    expect(q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && o.rank() == 3 && lse.dtype() == DType::F32, "attention",
+           "tensors must be [rows, H, d] with f32 LSE");
+    return MhaParams{q.data(), k.data(), v.data(), elem_of(q.dtype()), segments(seg, q.dim(0), k.dim(0)),
+                     int32_t(q.dim(1)), int32_t(q.dim(2)), int32_t(v.dim(2)), float(scale), o.data(), lse.ptr<float>(),
+                     stream_};
+  }
+  MlaParams mla_params(const Tensor& q, const KVPool& pool, int64_t layer, const std::vector<int32_t>& kv_slots,
+                       const AttnSegments& seg, int64_t L, double scale, Tensor& o, Tensor& lse) {
+    const int64_t D = pool.config().row_dim;
+    expect(q.rank() == 3 && q.dim(2) == D && o.dim(2) == L && lse.dtype() == DType::F32, "mla_attention", "shape");
+    check_slots(pool, kv_slots, "mla_attention");
+    const Tensor& buf = pool.buffer(layer);
+    return MlaParams{q.data(), elem_of(q.dtype()), buf.data(), elem_of(buf.dtype()), float(pool.scale(layer)),
+                     ints(kv_slots, 1), segments(seg, q.dim(0), int64_t(kv_slots.size())), int32_t(q.dim(1)),
+                     int32_t(D), int32_t(L), float(scale), o.data(), elem_of(o.dtype()), lse.ptr<float>(), {}, stream_};
+  }
+
+ private:
+  Platform platform_;
+  DType act_;
+  std::shared_ptr<StreamObject> stream_owner_;
+  cudaStream_t stream_ = nullptr;
+  int num_sms_ = 0;
+  bool poison_ = false;
+  std::map<int, Tensor> scratch_;
+};
+
+int device_count();  // 0 when the runtime finds no device
+
+}  // namespace mla::gpu
