@@ -1,0 +1,108 @@
+// src/engine/service.h — the engine as the server sees it: requests in, token events out.
+//
+// The contract between the engine wing (src/engine: request state, sampler, scheduler, radix
+// prefix cache) and the HTTP server (src/server). The server includes this header and nothing
+// else of the engine; the engine knows nothing of HTTP or of text (stop strings reach it as a
+// callback, evaluated on the scheduler thread).
+//
+// Threads: one scheduler thread owns the model, the pool and the cache, and runs steps. submit(),
+// abort(), metrics(), flush_cache() and shutdown() may be called from any thread and never wait for
+// a step to finish (they enqueue and return). Callbacks run on the scheduler thread: they must
+// be quick and must not call back into the Service except abort().
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mla::engine {
+
+enum class FinishReason { NONE, STOP, LENGTH, ABORT };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort" ("" for NONE)
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0: greedy
+  double top_p = 1.0;        // (0, 1]
+  int64_t top_k = 0;         // 0: off
+  double min_p = 0.0;        // [0, 1]
+  std::optional<uint64_t> seed;  // same seed, same prompt → same output
+  double frequency_penalty = 0.0, presence_penalty = 0.0;  // [-2, 2], OpenAI semantics
+  int64_t max_tokens = 16;   // new tokens, >= 1
+  std::vector<int32_t> stop_token_ids;  // finish with STOP when one is sampled (it is reported)
+  bool ignore_eos = false;   // eos_token_id of the model does not stop the request
+  int64_t top_logprobs = -1; // -1: no logprobs; 0..20: the chosen token's logprob and this many
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;  // token ids, each in [0, vocab_size)
+  SamplingParams params;
+  int64_t n = 1;                // choices; they share the prompt's pages
+  // Called after each sampled token of choice `index` with every token of that choice so far;
+  // returns how many trailing tokens to drop from the reported output if it decides to stop
+  // (a stop string matched), or -1 to go on. Optional.
+  std::function<int64_t(int64_t index, const std::vector<int32_t>& tokens)> stop_check;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // the top_logprobs alternatives, best first
+};
+
+// What one choice of a request did since the last update.
+struct ChoiceUpdate {
+  int64_t index = 0;
+  std::vector<int32_t> new_tokens;
+  std::vector<TokenLogprob> logprobs;  // one per new token when requested
+  FinishReason finish = FinishReason::NONE;  // set once, on the choice's last update
+};
+
+struct RequestUpdate {
+  std::vector<ChoiceUpdate> choices;
+  bool finished = false;     // every choice has finished; no more updates follow
+  std::string error;         // non-empty: the request failed (finished is true)
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;  // totals so far
+};
+
+using RequestHandle = int64_t;
+
+struct MetricsSnapshot {
+  int64_t requests_running = 0, requests_waiting = 0;
+  double kv_cache_usage = 0;  // used pages / all pages, in [0, 1]
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens queried, tokens hit
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+  std::map<std::string, int64_t> steps_per_method;  // forward method name → steps
+  // Histograms: bucket upper bounds (seconds) and cumulative counts, Prometheus style.
+  struct Histogram {
+    std::vector<double> bounds;
+    std::vector<int64_t> counts;  // counts[i]: observations <= bounds[i]; one more for +Inf
+    double sum = 0;
+    int64_t count = 0;
+  };
+  Histogram time_to_first_token, inter_token_latency;
+};
+
+class Service {
+ public:
+  virtual ~Service() = default;
+  // Queues the request. Throws Error (one line) when it is invalid (ids outside the vocabulary,
+  // prompt + max_tokens past the context, bad sampling values) or the queue is full
+  // (QueueFullError); nothing is queued then. `on_update` gets every update of this request.
+  virtual RequestHandle submit(GenerateRequest req, std::function<void(const RequestUpdate&)> on_update) = 0;
+  // Aborts the request within one step; its last update has finish ABORT and finished true.
+  // Unknown or finished handles are ignored.
+  virtual void abort(RequestHandle h) = 0;
+  virtual MetricsSnapshot metrics() const = 0;
+  virtual void flush_cache() = 0;  // drops every unlocked page of the prefix cache
+  // Stops taking requests; drain: finish what runs, else abort it. Returns when the scheduler
+  // thread has stopped.
+  virtual void shutdown(bool drain) = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t max_context() const = 0;  // prompt + output tokens a request may reach
+  virtual int32_t eos_token_id() const = 0;
+};
+
+}  // namespace mla::engine
