@@ -18,7 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "mla/error.h"
+
 namespace mla::engine {
+
+// submit() when the waiting queue is at its bound: the server answers 503.
+class QueueFullError : public Error {
+ public:
+  using Error::Error;
+};
 
 enum class FinishReason { NONE, STOP, LENGTH, ABORT };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort" ("" for NONE)
