@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "mla/config.h"
-#include "mla/layer_check.h"
+#include "mla/reference_harness.h"
 
 namespace {
 

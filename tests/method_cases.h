@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "mla/config.h"
-#include "mla/layer_check.h"
+#include "mla/reference_harness.h"
 
 namespace mla::test {
 

@@ -9,7 +9,7 @@
 #include "harness.h"
 #include "mla/config.h"
 #include "mla/error.h"
-#include "mla/layer_check.h"
+#include "mla/reference_harness.h"
 #include "mla/registry.h"
 #include "method_cases.h"
 

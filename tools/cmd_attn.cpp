@@ -8,7 +8,7 @@
 #include "cli.h"
 #include "mla/config.h"
 #include "mla/error.h"
-#include "mla/layer_check.h"
+#include "mla/reference_harness.h"
 #include "mla/registry.h"
 
 namespace mla::cli {

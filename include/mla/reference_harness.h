@@ -1,4 +1,4 @@
-// mla/layer_check.h — one attention-layer case of the reference harness: a config, a batch with
+// mla/reference_harness.h — one attention-layer case of the reference harness: a config, a batch with
 // prefixes already in a (NaN-filled) pool, a method, a platform's ops; and its error against the
 // float64 reference. Used by the method tests and by `mla attn` / `mla demo`.
 #pragma once

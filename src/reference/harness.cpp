@@ -1,5 +1,5 @@
 // The reference harness: one attention-layer case against the float64 reference.
-#include "mla/layer_check.h"
+#include "mla/reference_harness.h"
 
 #include <chrono>
 #include <cmath>
