@@ -142,16 +142,15 @@ TEST(BadBatches, PlansRefuseWhatThePoolDoesNotHold) {
   expect_error([&] { plan_batch({ForwardMode::EXTEND, {{10, 2147483647, 1}}}, *l.pool); },
                "exceeds the int32 range");
   // Prefix longer than the sequence, as the dispatcher sees batches.
-  BatchSummary s{ForwardMode::EXTEND, {12}, {11}};
-  expect_error([&] { dispatch(s, {}, Platform::CPU); }, "prefix_len 12 exceeds seq_len 11");
+  expect_error([&] { dispatch(Batch::from_seq_lens(ForwardMode::EXTEND, {12}, {11}), {}, Platform::CPU); },
+               "prefix_len 12 exceeds seq_len 11");
   EXPECT_TRUE(image(*l.ops, *l.pool) == before);
 }
 
 TEST(BadBatches, AnEmptyBatchIsRefusedOrHarmless) {
   Layer l(Platform::CPU);
   const PoolImage before = image(*l.ops, *l.pool);
-  for (ForwardMethod m : {ForwardMethod::MHA, ForwardMethod::MHA_ONE_SHOT,
-                          ForwardMethod::MHA_CHUNKED_KV, ForwardMethod::MLA}) {
+  for (ForwardMethod m : generic_methods()) {
     const BatchPlan plan = plan_batch({ForwardMode::EXTEND, {}}, *l.pool);
     try {
       AttentionOutput o = l.layer->forward(l.x(0), plan, *l.pool, 0, m);

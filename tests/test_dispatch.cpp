@@ -74,12 +74,9 @@ std::string describe(size_t i, const Row& r) {
                      platform_str(r.platform), r.rope);
 }
 
-BatchSummary summary_of(const Row& r) {
-  BatchSummary b;
-  b.mode = r.mode;
-  b.prefix_lens = {r.sum_prefix / 2, r.sum_prefix - r.sum_prefix / 2};
-  b.seq_lens = {r.sum_seq / 2, r.sum_seq - r.sum_seq / 2};
-  return b;
+Batch summary_of(const Row& r) {
+  return Batch::from_seq_lens(r.mode, {r.sum_prefix / 2, r.sum_prefix - r.sum_prefix / 2},
+                              {r.sum_seq / 2, r.sum_seq - r.sum_seq / 2});
 }
 
 DispatchSettings settings_of(const Row& r) {
@@ -465,7 +462,7 @@ TEST(Dispatch, HandlerTableCoversEveryDimension) {
 }
 
 TEST(Dispatch, EmptyIdleBatch) {
-  BatchSummary b;
+  Batch b;
   b.mode = IDLE;
   DispatchSettings s;
   s.backend = "fa3";
@@ -481,17 +478,11 @@ TEST(Dispatch, DefaultSettingsThresholdAndCapacity) {
   // The header's defaults: threshold 8192 on Σ prefix, capacity 131072 tokens.
   DispatchSettings s;
   s.backend = "fa3";
-  BatchSummary b;
-  b.mode = EXTEND;
-  b.prefix_lens = {8191};
-  b.seq_lens = {9000};
-  EXPECT_EQ(select_method(b, s, CUDA), MLA);
-  b.prefix_lens = {8192};
-  EXPECT_EQ(select_method(b, s, CUDA), MHA_ONE_SHOT);
-  b.seq_lens = {131072};
-  EXPECT_EQ(select_method(b, s, CUDA), MHA_ONE_SHOT);
-  b.seq_lens = {131073};
-  EXPECT_EQ(select_method(b, s, CUDA), MHA_CHUNKED_KV);
+  auto extend = [](int64_t prefix, int64_t seq) { return Batch::from_seq_lens(EXTEND, {prefix}, {seq}); };
+  EXPECT_EQ(select_method(extend(8191, 9000), s, CUDA), MLA);
+  EXPECT_EQ(select_method(extend(8192, 9000), s, CUDA), MHA_ONE_SHOT);
+  EXPECT_EQ(select_method(extend(8192, 131072), s, CUDA), MHA_ONE_SHOT);
+  EXPECT_EQ(select_method(extend(8192, 131073), s, CUDA), MHA_CHUNKED_KV);
 }
 
 TEST(Dispatch, BackendNames) {
@@ -542,12 +533,8 @@ std::string error_of(F&& f) {
   return "";
 }
 
-BatchSummary extend_batch(std::vector<int64_t> prefix, std::vector<int64_t> seq) {
-  BatchSummary b;
-  b.mode = EXTEND;
-  b.prefix_lens = std::move(prefix);
-  b.seq_lens = std::move(seq);
-  return b;
+Batch extend_batch(std::vector<int64_t> prefix, std::vector<int64_t> seq) {
+  return Batch::from_seq_lens(EXTEND, prefix, seq);
 }
 
 TEST(Dispatch, UnknownBackendListsKnownNames) {
@@ -566,63 +553,61 @@ TEST(Dispatch, UnknownBackendListsKnownNames) {
 TEST(Dispatch, ValidationErrors) {
   DispatchSettings s;
   s.backend = "fa3";
-  auto msg = [&](const BatchSummary& b) { return error_of([&] { select_method(b, s, CUDA); }); };
+  // Lengths are checked where the batch is made from them, the settings by select_method.
+  auto msg = [&](std::vector<int64_t> prefix, std::vector<int64_t> seq) {
+    return error_of([&] { select_method(extend_batch(prefix, seq), s, CUDA); });
+  };
 
-  EXPECT_EQ(msg(extend_batch({0, 0}, {5})),
-            "batch summary has 2 prefix lengths but 1 sequence lengths");
-  EXPECT_EQ(msg(extend_batch({0}, {5, 6})),
-            "batch summary has 1 prefix lengths but 2 sequence lengths");
-  EXPECT_EQ(msg(extend_batch({0, 5}, {3, 4})), "request 1: prefix_len 5 exceeds seq_len 4");
-  EXPECT_EQ(msg(extend_batch({4, 0}, {3, 4})), "request 0: prefix_len 4 exceeds seq_len 3");
-  EXPECT_EQ(msg(extend_batch({0, 0, -1}, {3, 4, 5})), "request 2: prefix_len -1 is negative");
-  EXPECT_EQ(msg(extend_batch({0, -2}, {3, -1})), "request 1: prefix_len -2 is negative");
-  EXPECT_EQ(msg(extend_batch({0, 0}, {3, -1})), "request 1: seq_len -1 is negative");
+  EXPECT_EQ(msg({0, 0}, {5}),
+            "batch has 2 prefix lengths but 1 sequence lengths");
+  EXPECT_EQ(msg({0}, {5, 6}),
+            "batch has 1 prefix lengths but 2 sequence lengths");
+  EXPECT_EQ(msg({0, 5}, {3, 4}), "request 1: prefix_len 5 exceeds seq_len 4");
+  EXPECT_EQ(msg({4, 0}, {3, 4}), "request 0: prefix_len 4 exceeds seq_len 3");
+  EXPECT_EQ(msg({0, 0, -1}, {3, 4, 5}), "request 2: prefix_len -1 is negative");
+  EXPECT_EQ(msg({0, -2}, {3, -1}), "request 1: prefix_len -2 is negative");
+  EXPECT_EQ(msg({0, 0}, {3, -1}), "request 1: seq_len -1 is negative");
 
   // Equal prefix and sequence lengths are fine (a request with no new tokens).
   EXPECT_NO_THROW(select_method(extend_batch({7}, {7}), s, CUDA));
 
   s.chunked_prefix_threshold = 0;
-  EXPECT_EQ(msg(extend_batch({0}, {5})), "chunked_prefix_threshold must be positive, got 0");
+  EXPECT_EQ(msg({0}, {5}), "chunked_prefix_threshold must be positive, got 0");
   s.chunked_prefix_threshold = -3;
-  EXPECT_EQ(msg(extend_batch({0}, {5})), "chunked_prefix_threshold must be positive, got -3");
+  EXPECT_EQ(msg({0}, {5}), "chunked_prefix_threshold must be positive, got -3");
   s.chunked_prefix_threshold = 1;
   s.chunk_capacity = 0;
-  EXPECT_EQ(msg(extend_batch({0}, {5})), "chunk_capacity must be positive, got 0");
+  EXPECT_EQ(msg({0}, {5}), "chunk_capacity must be positive, got 0");
   s.chunk_capacity = -1;
-  EXPECT_EQ(msg(extend_batch({0}, {5})), "chunk_capacity must be positive, got -1");
+  EXPECT_EQ(msg({0}, {5}), "chunk_capacity must be positive, got -1");
 
   // Every backend validates, not only fa3 (fa4 ignores the batch for its choice).
   for (const std::string& backend : backend_names()) {
     DispatchSettings t;
     t.backend = backend;
-    EXPECT_EQ(error_of([&] { select_method(extend_batch({2}, {1}), t, ROCM); }),
-              "request 0: prefix_len 2 exceeds seq_len 1")
+    EXPECT_EQ(error_of([&] { select_method(Batch{EXTEND, {{0, 2, -1}}}, t, ROCM); }),
+              "request 0: new_len -1 is negative")
         << backend;
   }
 }
 
-TEST(Dispatch, BatchSummaryOf) {
-  Batch batch;
-  batch.mode = DECODE;
-  batch.requests = {{1, 10, 1}, {2, 0, 1}, {3, 300, 1}};
-  BatchSummary b = BatchSummary::of(batch);
+TEST(Dispatch, BatchFromLengths) {
+  Batch b = Batch::from_seq_lens(DECODE, {10, 0, 300}, {11, 1, 301});
   EXPECT_EQ(b.mode, DECODE);
-  EXPECT_EQ(b.prefix_lens, (std::vector<int64_t>{10, 0, 300}));
-  EXPECT_EQ(b.seq_lens, (std::vector<int64_t>{11, 1, 301}));
+  EXPECT_EQ(b.prefix_lens(), (std::vector<int64_t>{10, 0, 300}));
+  EXPECT_EQ(b.seq_lens(), (std::vector<int64_t>{11, 1, 301}));
   EXPECT_EQ(b.sum_prefix(), 310);
   EXPECT_EQ(b.sum_seq(), 313);
-
-  BatchSummary empty = BatchSummary::of(Batch{IDLE, {}});
-  EXPECT_EQ(empty.mode, IDLE);
-  EXPECT_TRUE(empty.prefix_lens.empty());
-  EXPECT_EQ(empty.sum_prefix(), 0);
-  EXPECT_EQ(empty.sum_seq(), 0);
+  EXPECT_EQ(b.requests[2].id, 2);
+  Batch same = Batch::from_lengths(DECODE, {{10, 1}, {0, 1}, {300, 1}});
+  EXPECT_EQ(same.seq_lens(), b.seq_lens());
+  EXPECT_EQ(error_of([] { Batch::from_lengths(EXTEND, {{0, 1}, {3, -2}}); }), "request 1: new_len -2 is negative");
 
   // A fresh prefill of two prompts through the default backends.
   Batch prefill{EXTEND, {{1, 0, 40}, {2, 0, 24}}};
   DispatchSettings s;
-  EXPECT_EQ(select_method(BatchSummary::of(prefill), s, CPU), MHA_ONE_SHOT);
-  EXPECT_EQ(select_method(BatchSummary::of(prefill), s, ROCM), MHA);
+  EXPECT_EQ(select_method(prefill, s, CPU), MHA_ONE_SHOT);
+  EXPECT_EQ(select_method(prefill, s, ROCM), MHA);
 }
 
 // ---- platform resolution

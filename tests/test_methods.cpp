@@ -23,8 +23,7 @@ TEST_P(Methods, EveryMethodMatchesTheReference) {
   if (!platform_available(c.platform)) GTEST_SKIP() << "platform " << platform_name(c.platform) << " is not available here";
   LayerFixture fx(c);
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  Batch batch{c.mode, {}};
-  for (auto [p, n] : c.requests) batch.requests.push_back({RequestId(batch.requests.size()), p, n});
+  const Batch batch = Batch::from_lengths(c.mode, c.requests);
   int ran = 0;
   // Every method the registry lists for the platform that serves this batch (MHA serves no prefix,
   // MLA_FUSED_ROPE_ROCM only decodes: their refusals are tested elsewhere).

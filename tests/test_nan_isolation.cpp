@@ -218,8 +218,7 @@ TEST_P(NanIsolation, EveryMethodIgnoresRowsOutsideTheBatch) {
   for (const MethodImpl* impl : method_impls()) {
     if (impl->platform != c.platform) continue;
     for (const Scenario& s : scenarios()) {
-      Batch b{s.mode, {}};
-      for (auto [p, n] : s.reqs) b.requests.push_back({RequestId(b.requests.size()), p, n});
+      const Batch b = Batch::from_lengths(s.mode, s.reqs);
       if (impl->cannot_serve(b)) continue;  // e.g. MHA with a prefix
       SCOPED_TRACE(fmt::format("{} on {}", method_name(impl->method), s.name));
       const Result clean = run(s, impl->method, kClean);

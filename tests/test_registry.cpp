@@ -11,14 +11,14 @@ namespace mla {
 namespace {
 
 // Every (mode × prefix shape × settings) a handler distinguishes.
-std::vector<std::pair<BatchSummary, DispatchSettings>> handler_inputs() {
-  std::vector<std::pair<BatchSummary, DispatchSettings>> v;
+std::vector<std::pair<Batch, DispatchSettings>> handler_inputs() {
+  std::vector<std::pair<Batch, DispatchSettings>> v;
   for (ForwardMode mode : {ForwardMode::EXTEND, ForwardMode::DECODE, ForwardMode::TARGET_VERIFY,
                            ForwardMode::DRAFT_EXTEND, ForwardMode::IDLE})
     for (auto [prefix, seq] : {std::pair<int64_t, int64_t>{0, 10}, {5, 10}, {100, 200}, {150, 2000}})
       for (int flags = 0; flags < 16; ++flags) {
-        BatchSummary b{mode, {prefix}, {seq}};
-        if (mode == ForwardMode::IDLE) b = BatchSummary{mode, {}, {}};
+        Batch b = Batch::from_seq_lens(mode, {prefix}, {seq});
+        if (mode == ForwardMode::IDLE) b = Batch{mode, {}};
         DispatchSettings s;
         s.chunked_prefix_threshold = 100, s.chunk_capacity = 1000;
         if (flags & 1) s.chunked_prefix_cache = false;
@@ -78,12 +78,12 @@ TEST(Registry, TheRocmPlatformRunsExactlyItsTwins) {
   for (ForwardMethod m : all_methods())
     EXPECT_EQ(find_method_impl(m, Platform::ROCM) != nullptr, !is_generic(m)) << method_name(m);
   DispatchSettings s;  // aiter, the ROCm default
-  DispatchResult d = dispatch(BatchSummary{ForwardMode::EXTEND, {4}, {9}}, s, Platform::ROCM);
+  DispatchResult d = dispatch(Batch::from_seq_lens(ForwardMode::EXTEND, {4}, {9}), s, Platform::ROCM);
   EXPECT_EQ(d.method, ForwardMethod::MHA);
   EXPECT_EQ(d.resolved, ForwardMethod::MHA_ROCM);
   EXPECT_TRUE(d.implemented && d.serves) << d.reason;
   s.fused_decode_rope = true;
-  d = dispatch(BatchSummary{ForwardMode::DECODE, {4}, {5}}, s, Platform::ROCM);
+  d = dispatch(Batch::from_seq_lens(ForwardMode::DECODE, {4}, {5}), s, Platform::ROCM);
   EXPECT_EQ(d.resolved, ForwardMethod::MLA_FUSED_ROPE_ROCM);
   EXPECT_TRUE(d.implemented && d.serves) << d.reason;
 }
@@ -92,14 +92,14 @@ TEST(Registry, DispatchExplainsWhatCannotRun) {
   // aiter rules send an extend with a prefix to MHA, which the CPU's MHA cannot serve.
   DispatchSettings s;
   s.backend = "aiter";
-  DispatchResult d = dispatch(BatchSummary{ForwardMode::EXTEND, {4}, {9}}, s, Platform::CPU);
+  DispatchResult d = dispatch(Batch::from_seq_lens(ForwardMode::EXTEND, {4}, {9}), s, Platform::CPU);
   EXPECT_EQ(d.method, ForwardMethod::MHA);
   EXPECT_TRUE(d.implemented);
   EXPECT_FALSE(d.serves);
   EXPECT_NE(d.reason.find("prefix of 4"), std::string::npos) << d.reason;
   // A platform that is not built: resolved, but not implemented, with a reason.
   if (!platform_built(Platform::ROCM)) {
-    DispatchResult r = dispatch(BatchSummary{ForwardMode::DECODE, {4}, {5}}, {}, Platform::ROCM);
+    DispatchResult r = dispatch(Batch::from_seq_lens(ForwardMode::DECODE, {4}, {5}), {}, Platform::ROCM);
     EXPECT_EQ(r.resolved, ForwardMethod::MLA_ROCM);
     EXPECT_FALSE(r.implemented);
     EXPECT_NE(r.reason.find("rocm"), std::string::npos);

@@ -20,29 +20,25 @@ std::string fmt_err(double e) { return std::isfinite(e) ? fmt::format("{:.2e}", 
 
 void add_attn_command(CLI::App& app, int& rc) {
   struct Opts {
-    std::string preset = "deepseek-v2-lite", config, requests = "0:16", mode = "extend",
-                method = "auto", backend, dtype = "f32", kv_dtype = "bf16", platform = "cpu";
-    int64_t page_size = 16, capacity = 131072, threshold = 8192, repeat = 1;
+    std::string preset = "deepseek-v2-lite", config, requests = "0:16", mode = "extend", method = "auto";
+    int64_t page_size = 16, repeat = 1;
     uint64_t seed = 1;
-    bool no_check = false, json = false, verbose = false, fused_rope = false;
-    RocmFlags rocm;
+    bool no_check = false, json = false, verbose = false;
+    PlatformFlags platform;
+    DtypeFlags dtypes{"f32", "bf16"};
+    DispatchFlags dispatch;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("attn", "Run one attention layer (random weights) and check it");
-  o->rocm.add(sub);
-  sub->add_flag("--fused-decode-rope", o->fused_rope, "ROCm: aiter decode runs MLA_FUSED_ROPE_ROCM");
+  o->platform.add(sub);
+  o->dtypes.add(sub);
+  o->dispatch.add(sub);
   sub->add_option("--preset", o->preset, "deepseek-v3 | deepseek-v2-lite")->capture_default_str();
   sub->add_option("--config", o->config, "an HF config.json instead of a preset");
   sub->add_option("--requests", o->requests, "PREFIX:NEW per request, e.g. 4096:512,0:17")->capture_default_str();
   sub->add_option("--mode", o->mode, "extend|decode|target_verify|draft_extend|idle")->capture_default_str();
   sub->add_option("--method", o->method, "auto (dispatch) or MHA|MHA_ONE_SHOT|MHA_CHUNKED_KV|MLA|...")->capture_default_str();
-  sub->add_option("--backend", o->backend, "attention backend rules for --method auto");
-  sub->add_option("--dtype", o->dtype, "activations: f64 (reference ops) | f32 | bf16")->capture_default_str();
-  sub->add_option("--kv-dtype", o->kv_dtype, "KV pool: f32 | bf16 | fp8_e4m3fn")->capture_default_str();
   sub->add_option("--page-size", o->page_size, "KV pool page size")->capture_default_str();
-  sub->add_option("--chunk-capacity", o->capacity, "MHA_CHUNKED_KV chunk capacity (tokens)")->capture_default_str();
-  sub->add_option("--chunked-prefix-threshold", o->threshold, "dispatch threshold on Σ prefix")->capture_default_str();
-  sub->add_option("--platform", o->platform, "cpu|cuda|rocm")->capture_default_str();
   sub->add_option("--repeat", o->repeat, "runs to time (the best is reported)")->capture_default_str();
   sub->add_option("--seed", o->seed, "random seed")->capture_default_str();
   sub->add_flag("--no-check", o->no_check, "skip the float64 reference (for timing large batches)");
@@ -53,26 +49,21 @@ void add_attn_command(CLI::App& app, int& rc) {
     std::optional<ForwardMethod> method;
     try {
       c.cfg = o->config.empty() ? preset_config(o->preset) : load_attention_config(o->config);
-      c.platform = parse_platform(o->platform);
-      c.act = parse_dtype(o->dtype);
-      c.kv = parse_dtype(o->kv_dtype);
+      c.platform = o->platform.parse();
+      c.act = o->dtypes.act();
+      c.kv = o->dtypes.kv();
       c.mode = parse_mode(o->mode);
       c.requests = parse_requests(o->requests);
       if (o->method != "auto") method = parse_method(o->method);
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
-    if (o->page_size <= 0 || o->capacity <= 0 || o->threshold <= 0 || o->repeat <= 0)
-      throw UsageError("--page-size, --chunk-capacity, --chunked-prefix-threshold and --repeat must be positive");
+    if (o->page_size <= 0 || o->repeat <= 0) throw UsageError("--page-size and --repeat must be positive");
     c.page_size = o->page_size, c.seed = o->seed;
-    c.options.rocm = o->rocm.parse();
-    c.settings.fused_decode_rope = o->fused_rope;
-    c.settings.backend = o->backend;
-    c.settings.chunk_capacity = o->capacity;
-    c.settings.chunked_prefix_threshold = o->threshold;
+    c.options = o->platform.options();
+    c.settings = o->dispatch.parse();
     // Check the batch and the method before the (slow) weights and reference are built.
-    Batch batch{c.mode, {}};
-    for (auto [prefix, fresh] : c.requests) batch.requests.push_back({RequestId(batch.requests.size()), prefix, fresh});
+    Batch batch = Batch::from_lengths(c.mode, c.requests);
     try {
       validate_batch(batch);
     } catch (const Error& e) {
@@ -85,12 +76,7 @@ void add_attn_command(CLI::App& app, int& rc) {
                                      "max_position_embeddings {}", i,
                                      c.requests[i].first + c.requests[i].second,
                                      c.cfg.max_position_embeddings));
-    if (method) {
-      const MethodImpl* impl = find_method_impl(*method, c.platform);
-      if (!impl) fail("forward method {} is not implemented on platform {}", method_name(*method), platform_name(c.platform));
-      if (auto why = impl->cannot_serve(batch))
-        fail("forward method {} on platform {} cannot serve this batch: {}", method_name(*method), platform_name(c.platform), *why);
-    }
+    if (method) require_method_impl(*method, c.platform, batch);
     if (o->verbose) std::fprintf(stderr, "mla attn: building weights, inputs and prefix rows...\n");
     LayerFixture fx(c);
     LayerRun best;
@@ -98,8 +84,8 @@ void add_attn_command(CLI::App& app, int& rc) {
       LayerRun r = fx.run(method, std::numeric_limits<double>::quiet_NaN());
       if (i == 0 || r.seconds < best.seconds) best = std::move(r);
     }
-    nlohmann::json j = {{"method", method_name(best.method)}, {"platform", o->platform},
-                        {"dtype", o->dtype}, {"kv_dtype", o->kv_dtype}, {"tokens", best.lse.size() / size_t(c.cfg.num_attention_heads)},
+    nlohmann::json j = {{"method", method_name(best.method)}, {"platform", o->platform.platform},
+                        {"dtype", o->dtypes.dtype}, {"kv_dtype", o->dtypes.kv_dtype}, {"tokens", best.lse.size() / size_t(c.cfg.num_attention_heads)},
                         {"seconds", best.seconds}};
     bool ok = true;
     if (!o->no_check) {
@@ -113,7 +99,7 @@ void add_attn_command(CLI::App& app, int& rc) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("method %s on %s (%s, kv %s): %.3f ms\n", std::string(method_name(best.method)).c_str(),
-                  o->platform.c_str(), o->dtype.c_str(), o->kv_dtype.c_str(), best.seconds * 1e3);
+                  o->platform.platform.c_str(), o->dtypes.dtype.c_str(), o->dtypes.kv_dtype.c_str(), best.seconds * 1e3);
       if (!o->no_check)
         std::printf("relative L2 vs f64 reference: out %s  lse %s  rows %s  (tolerance %.0e) %s\n",
                     fmt_err(j["error"]["out"]).c_str(), fmt_err(j["error"]["lse"]).c_str(),
@@ -146,19 +132,15 @@ void add_attn_demo_command(CLI::App& app, int& rc) {
       LayerCase c;
       c.cfg = cfg, c.act = DType::F32, c.kv = DType::BF16, c.mode = k.mode, c.requests = k.reqs;
       c.settings.chunked_prefix_threshold = 64, c.settings.chunk_capacity = 64;
-      Batch b{k.mode, {}};
+      const Batch b = Batch::from_lengths(k.mode, k.reqs);
       std::string desc;
-      for (auto [p, n] : k.reqs) {
-        b.requests.push_back({RequestId(b.requests.size()), p, n});
-        desc += fmt::format("{}{}+{}", desc.empty() ? "" : ", ", p, n);
-      }
+      for (auto [p, n] : k.reqs) desc += fmt::format("{}{}+{}", desc.empty() ? "" : ", ", p, n);
       std::printf("%-28s requests (prefix+new): %s\n", k.name, desc.c_str());
-      const BatchSummary s = BatchSummary::of(b);
       for (auto [backend, plat] : {std::pair{"fa3", Platform::CPU}, std::pair{"triton", Platform::CPU},
                                    std::pair{"aiter", Platform::ROCM}}) {
         DispatchSettings ds = c.settings;
         ds.backend = backend;
-        DispatchResult d = dispatch(s, ds, plat);
+        DispatchResult d = dispatch(b, ds, plat);
         std::printf("  %-6s on %-4s -> %-15s resolved %-19s %s\n", backend, std::string(platform_name(plat)).c_str(),
                     std::string(method_name(d.method)).c_str(), std::string(method_name(d.resolved)).c_str(),
                     d.implemented && d.serves ? "runs here" : ("not here: " + d.reason).c_str());
@@ -166,7 +148,7 @@ void add_attn_demo_command(CLI::App& app, int& rc) {
       LayerFixture fx(c);
       const double tol = tolerance(c.act, c.kv);
       std::printf("  vs f64 reference (relative L2 of the layer output, tolerance %.0e):\n   ", tol);
-      for (ForwardMethod m : {ForwardMethod::MHA, ForwardMethod::MHA_ONE_SHOT, ForwardMethod::MHA_CHUNKED_KV, ForwardMethod::MLA}) {
+      for (ForwardMethod m : generic_methods()) {
         try {
           LayerRun r = fx.run(m, std::numeric_limits<double>::quiet_NaN());
           LayerErrors e = fx.errors(r);

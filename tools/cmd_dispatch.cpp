@@ -11,54 +11,40 @@ namespace mla::cli {
 
 void add_dispatch_command(CLI::App& app, int& rc) {
   struct Opts {
-    std::string backend, mode = "extend", seq_lens, prefix_lens, platform = "cpu";
-    int64_t threshold = 8192, capacity = 131072;
-    bool no_chunked = false, deterministic = false, fused_rope = false, json = false;
+    std::string mode = "extend", seq_lens, prefix_lens;
+    PlatformFlags platform;
+    DispatchFlags dispatch;
+    bool json = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("dispatch", "Show the forward method a batch gets");
-  sub->add_option("--backend", o->backend, "attention backend rules (default: the platform's)");
   sub->add_option("--mode", o->mode, "extend|decode|target_verify|draft_extend|idle")->capture_default_str();
   sub->add_option("--seq-lens", o->seq_lens, "total length (prefix + new) of each request, e.g. 4096,17");
   sub->add_option("--prefix-lens", o->prefix_lens, "prefix length of each request (default: all 0)");
-  sub->add_option("--platform", o->platform, "cpu|cuda|rocm")->capture_default_str();
-  sub->add_option("--chunked-prefix-threshold", o->threshold, "Σ prefix at which chunked prefix starts")->capture_default_str();
-  sub->add_option("--chunk-capacity", o->capacity, "tokens per prefix chunk")->capture_default_str();
-  sub->add_flag("--disable-chunked-prefix-cache", o->no_chunked, "turn the chunked-prefix cache off");
-  sub->add_flag("--deterministic", o->deterministic, "deterministic inference mode");
-  sub->add_flag("--fused-decode-rope", o->fused_rope, "ROCm: RoPE inside the decode kernel");
+  o->platform.add(sub);
+  o->dispatch.add(sub);
   sub->add_flag("--json", o->json, "one JSON object on stdout");
   sub->callback([o, &rc] {
-    BatchSummary b;
+    Batch batch;
     DispatchSettings s;
     Platform p;
     try {
-      b.mode = parse_mode(o->mode);
-      b.seq_lens = parse_int_list(o->seq_lens, "--seq-lens");
-      b.prefix_lens = o->prefix_lens.empty() ? std::vector<int64_t>(b.seq_lens.size(), 0)
-                                             : parse_int_list(o->prefix_lens, "--prefix-lens");
-      if (b.prefix_lens.size() != b.seq_lens.size())
-        throw UsageError(fmt::format("--prefix-lens has {} values, --seq-lens has {}", b.prefix_lens.size(), b.seq_lens.size()));
-      for (size_t i = 0; i < b.seq_lens.size(); ++i)
-        if (b.prefix_lens[i] > b.seq_lens[i])
-          throw UsageError(fmt::format("request {}: prefix {} is longer than its sequence {}", i, b.prefix_lens[i], b.seq_lens[i]));
-      if (b.seq_lens.empty() && b.mode != ForwardMode::IDLE)
+      const ForwardMode mode = parse_mode(o->mode);
+      const std::vector<int64_t> seq = parse_int_list(o->seq_lens, "--seq-lens");
+      const std::vector<int64_t> prefix = o->prefix_lens.empty() ? std::vector<int64_t>(seq.size(), 0)
+                                                                 : parse_int_list(o->prefix_lens, "--prefix-lens");
+      if (prefix.size() != seq.size())
+        throw UsageError(fmt::format("--prefix-lens has {} values, --seq-lens has {}", prefix.size(), seq.size()));
+      for (size_t i = 0; i < seq.size(); ++i)
+        if (prefix[i] > seq[i])
+          throw UsageError(fmt::format("request {}: prefix {} is longer than its sequence {}", i, prefix[i], seq[i]));
+      if (seq.empty() && mode != ForwardMode::IDLE)
         throw UsageError("--seq-lens: no requests (only an idle batch may be empty)");
-      Batch batch{b.mode, {}};  // the mode's rules: one new token per request in decode, ...
-      for (size_t i = 0; i < b.seq_lens.size(); ++i)
-        batch.requests.push_back(
-            {RequestId(i), b.prefix_lens[i], b.seq_lens[i] - b.prefix_lens[i]});
+      batch = Batch::from_seq_lens(mode, prefix, seq);
       validate_batch(batch);
-      if (o->threshold <= 0) throw UsageError("--chunked-prefix-threshold must be positive");
-      if (o->capacity <= 0) throw UsageError("--chunk-capacity must be positive");
-      p = parse_platform(o->platform);
-      s.backend = o->backend;
-      s.chunked_prefix_threshold = o->threshold;
-      s.chunk_capacity = o->capacity;
-      if (o->no_chunked) s.chunked_prefix_cache = false;
-      s.deterministic = o->deterministic;
-      s.fused_decode_rope = o->fused_rope;
-      DispatchResult d = dispatch(b, s, p);
+      s = o->dispatch.parse();
+      p = o->platform.parse();
+      DispatchResult d = dispatch(batch, s, p);
       if (o->json) {
         nlohmann::ordered_json j = {{"method", method_name(d.method)},     {"platform", platform_name(p)},
                             {"resolved", method_name(d.resolved)}, {"implemented", d.implemented},

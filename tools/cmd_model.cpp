@@ -23,24 +23,21 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // Options every model command shares.
 struct RunOpts {
-  std::string model, platform = "cpu", dtype = "f32", kv_dtype = "f32", method = "auto", backend;
-  int64_t page_size = 16, threshold = 8192, capacity = 131072;
-  bool verbose = false, fused_rope = false;
-  RocmFlags rocm_flags;
+  std::string model, method = "auto";
+  int64_t page_size = 16;
+  bool verbose = false;
+  PlatformFlags platform;
+  DtypeFlags dtypes{"f32", "f32"};
+  DispatchFlags dispatch;
   void add(CLI::App* sub, bool model_required = true) {
-    rocm_flags.add(sub);
-    sub->add_flag("--fused-decode-rope", fused_rope, "ROCm: aiter decode runs MLA_FUSED_ROPE_ROCM");
     sub->add_flag("-v,--verbose", verbose, "loading details on stderr");
     auto* m = sub->add_option("--model", model, "HF checkpoint folder (config.json + safetensors)");
     if (model_required) m->required();
-    sub->add_option("--platform", platform, "cpu|cuda|rocm")->capture_default_str();
-    sub->add_option("--dtype", dtype, "activations and weights: f32 | bf16 | f64")->capture_default_str();
-    sub->add_option("--kv-dtype", kv_dtype, "latent KV pool: f32 | bf16 | fp8_e4m3fn")->capture_default_str();
+    platform.add(sub);
+    dtypes.add(sub);
+    dispatch.add(sub);
     sub->add_option("--page-size", page_size, "KV pool page size")->capture_default_str();
     sub->add_option("--method", method, "auto | MHA | MHA_ONE_SHOT | MHA_CHUNKED_KV | MLA")->capture_default_str();
-    sub->add_option("--backend", backend, "attention backend rules (default: the platform's)");
-    sub->add_option("--chunked-prefix-threshold", threshold, "dispatch threshold on Σ prefix")->capture_default_str();
-    sub->add_option("--chunk-capacity", capacity, "MHA_CHUNKED_KV chunk capacity (tokens)")->capture_default_str();
   }
   // Parsed and checked; bad values are usage errors.
   Platform p;
@@ -48,26 +45,17 @@ struct RunOpts {
   ForwardOptions fwd;
   PlatformOptions options;
   void parse() {
-    options.rocm = rocm_flags.parse();
-    fwd.dispatch.fused_decode_rope = fused_rope;
+    options = platform.options();
+    p = platform.parse();
+    act = dtypes.act();
+    kv = dtypes.kv();
     try {
-      p = parse_platform(platform);
-      act = parse_dtype(dtype);
-      kv = parse_dtype(kv_dtype);
       if (method != "auto") fwd.method = parse_method(method);
-      fwd.dispatch.backend = backend;
-      if (!backend.empty()) {
-        const auto& known = backend_names();
-        if (std::find(known.begin(), known.end(), backend) == known.end())
-          select_method({}, fwd.dispatch, p);  // throws the error listing the known names
-      }
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
-    if (page_size <= 0 || threshold <= 0 || capacity <= 0)
-      throw UsageError("--page-size, --chunked-prefix-threshold and --chunk-capacity must be positive");
-    fwd.dispatch.chunked_prefix_threshold = threshold;
-    fwd.dispatch.chunk_capacity = capacity;
+    fwd.dispatch = dispatch.parse();
+    if (page_size <= 0) throw UsageError("--page-size must be positive");
   }
 };
 
@@ -319,7 +307,7 @@ void add_demo_command(CLI::App& app, int& rc) {
                 "kv_lora_rank %ld, %ld routed experts top-%ld), run on %s in %s with a %s latent KV cache.\n\n",
                 o->model.c_str(), c.model_type().c_str(), long(c.num_hidden_layers), long(c.hidden_size()),
                 long(c.attn.num_attention_heads), long(c.attn.kv_lora_rank), long(c.n_routed_experts),
-                long(c.num_experts_per_tok), o->platform.c_str(), o->dtype.c_str(), o->kv_dtype.c_str());
+                long(c.num_experts_per_tok), o->platform.platform.c_str(), o->dtypes.dtype.c_str(), o->dtypes.kv_dtype.c_str());
     // Greedy generation: prefill in two chunks (so the second has a prefix), then decode.
     std::vector<int32_t> out;
     std::vector<std::string> methods;

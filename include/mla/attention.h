@@ -16,18 +16,6 @@
 namespace mla {
 
 // The method chosen for a batch and whether this build can run it.
-struct DispatchResult {
-  ForwardMethod method = ForwardMethod::MLA;    // the handler's (generic) choice
-  ForwardMethod resolved = ForwardMethod::MLA;  // the platform's own method
-  Platform platform = Platform::CPU;
-  bool implemented = false;  // this build has (resolved, platform)
-  bool serves = false;       // ... and it can serve this batch
-  std::string reason;        // why not, when either is false
-};
-// Handler → resolution → registry. Never throws for a valid batch; throws Error for bad
-// settings (unknown backend) or a malformed batch summary.
-DispatchResult dispatch(const BatchSummary& b, const DispatchSettings& s, Platform p);
-
 // Weights of a layer as they live on a platform: the projections plus the absorbed w_kc / w_vc.
 struct DeviceAttentionWeights {
   Tensor q_a_proj, q_a_layernorm, q_b_proj, q_proj, kv_a_proj_with_mqa, kv_a_layernorm,

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mla/kv_pool.h"
@@ -27,6 +28,14 @@ struct Batch {
   int64_t sum_seq() const;      // Σ (prefix_len + new_len)
   std::vector<int64_t> prefix_lens() const;
   std::vector<int64_t> seq_lens() const;
+
+  // The one constructor from lengths: requests 0, 1, ... with (prefix_len, new_len) each. Throws
+  // Error naming the request when a length is negative.
+  static Batch from_lengths(ForwardMode mode, const std::vector<std::pair<int64_t, int64_t>>& prefix_and_new);
+  // The same from prefix and sequence (prefix + new) lengths, as handlers and the CLI state them;
+  // also an Error when the lists differ in length or a prefix exceeds its sequence.
+  static Batch from_seq_lens(ForwardMode mode, const std::vector<int64_t>& prefix_lens,
+                             const std::vector<int64_t>& seq_lens);
 };
 
 // Checks a batch alone: lengths >= 0, unique ids, and per mode: DECODE has one new token per

@@ -24,25 +24,30 @@ struct DispatchSettings {
   bool fused_decode_rope = false;  // ROCm: MLA_FUSED_ROPE_ROCM for aiter decode
 };
 
-// What a handler sees of a batch.
-struct BatchSummary {
-  ForwardMode mode = ForwardMode::EXTEND;
-  std::vector<int64_t> prefix_lens;
-  std::vector<int64_t> seq_lens;  // prefix + new
-  int64_t sum_prefix() const;
-  int64_t sum_seq() const;
-  static BatchSummary of(const Batch& b);
-};
-
 const std::vector<std::string>& backend_names();  // known handler names
+// Throws Error for a name that is not one of backend_names(), listing them.
+void check_backend(std::string_view name);
 std::string default_backend(Platform p);
 bool chunked_prefix_cache_enabled(const std::string& backend, const DispatchSettings& s);
 
 // The generic (or MLA-subtype) method the backend's rules pick. Throws Error for an unknown
 // backend, listing the known ones.
-ForwardMethod select_method(const BatchSummary& b, const DispatchSettings& s, Platform p);
+ForwardMethod select_method(const Batch& b, const DispatchSettings& s, Platform p);
 
-// The platform's own method for a generic one; platform-specific members map to themselves.
+// The platform's own method for a generic one (its twin in the method table, if it has one);
+// platform-specific members map to themselves.
 ForwardMethod resolve_method(Platform p, ForwardMethod m);
+
+struct DispatchResult {
+  ForwardMethod method = ForwardMethod::MLA;    // the handler's (generic) choice
+  ForwardMethod resolved = ForwardMethod::MLA;  // the platform's own method
+  Platform platform = Platform::CPU;
+  bool implemented = false;  // this build has (resolved, platform)
+  bool serves = false;       // ... and it can serve this batch
+  std::string reason;        // why not, when either is false
+};
+// Handler → resolution → registry. Never throws for a valid batch; throws Error for bad
+// settings (unknown backend) or a malformed batch.
+DispatchResult dispatch(const Batch& b, const DispatchSettings& s, Platform p);
 
 }  // namespace mla

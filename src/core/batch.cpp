@@ -54,6 +54,33 @@ std::vector<int64_t> Batch::prefix_lens() const {
   return v;
 }
 
+Batch Batch::from_lengths(ForwardMode mode, const std::vector<std::pair<int64_t, int64_t>>& prefix_and_new) {
+  Batch b{mode, {}};
+  b.requests.reserve(prefix_and_new.size());
+  for (auto [prefix, fresh] : prefix_and_new) {
+    const size_t i = b.requests.size();
+    if (prefix < 0) fail("request {}: prefix_len {} is negative", i, prefix);
+    if (fresh < 0) fail("request {}: new_len {} is negative", i, fresh);
+    b.requests.push_back({RequestId(i), prefix, fresh});
+  }
+  return b;
+}
+
+Batch Batch::from_seq_lens(ForwardMode mode, const std::vector<int64_t>& prefix_lens,
+                           const std::vector<int64_t>& seq_lens) {
+  if (prefix_lens.size() != seq_lens.size())
+    fail("batch has {} prefix lengths but {} sequence lengths", prefix_lens.size(), seq_lens.size());
+  std::vector<std::pair<int64_t, int64_t>> v;
+  for (size_t i = 0; i < seq_lens.size(); ++i) {
+    if (prefix_lens[i] < 0) fail("request {}: prefix_len {} is negative", i, prefix_lens[i]);
+    if (seq_lens[i] < 0) fail("request {}: seq_len {} is negative", i, seq_lens[i]);
+    if (prefix_lens[i] > seq_lens[i])
+      fail("request {}: prefix_len {} exceeds seq_len {}", i, prefix_lens[i], seq_lens[i]);
+    v.emplace_back(prefix_lens[i], seq_lens[i] - prefix_lens[i]);
+  }
+  return from_lengths(mode, v);
+}
+
 std::vector<int64_t> Batch::seq_lens() const {
   std::vector<int64_t> v;
   v.reserve(requests.size());

@@ -5,39 +5,18 @@
 #include <array>
 #include <cstddef>
 
+#include <fmt/format.h>
+
 #include "mla/error.h"
+#include "mla/registry.h"
 
 namespace mla {
-
-int64_t BatchSummary::sum_prefix() const {
-  int64_t s = 0;
-  for (int64_t v : prefix_lens) s += v;
-  return s;
-}
-
-int64_t BatchSummary::sum_seq() const {
-  int64_t s = 0;
-  for (int64_t v : seq_lens) s += v;
-  return s;
-}
-
-BatchSummary BatchSummary::of(const Batch& b) {
-  BatchSummary s;
-  s.mode = b.mode;
-  s.prefix_lens.reserve(b.requests.size());
-  s.seq_lens.reserve(b.requests.size());
-  for (const BatchRequest& r : b.requests) {
-    s.prefix_lens.push_back(r.prefix_len);
-    s.seq_lens.push_back(r.prefix_len + r.new_len);
-  }
-  return s;
-}
 
 namespace {
 
 // What a handler sees: the batch, the settings, and the facts derived from them once.
 struct HandlerInput {
-  const BatchSummary& batch;
+  const Batch& batch;
   const DispatchSettings& settings;
   Platform platform;
   std::string_view backend;
@@ -50,10 +29,14 @@ struct HandlerInput {
 using Handler = ForwardMethod (*)(const HandlerInput&);
 
 // MLA, except the fused-RoPE decode of aiter on ROCm.
+// aiter's decode with fused RoPE: the platform's own MLA subtype that computes MLA with RoPE
+// inside the decode kernel, where the method table lists one.
 ForwardMethod mla_subtype(const HandlerInput& in) {
-  if (in.platform == Platform::ROCM && in.settings.fused_decode_rope &&
-      in.batch.mode == ForwardMode::DECODE && in.backend == "aiter")
-    return ForwardMethod::MLA_FUSED_ROPE_ROCM;
+  if (in.settings.fused_decode_rope && in.batch.mode == ForwardMode::DECODE && in.backend == "aiter")
+    for (const MethodInfo& m : method_table())
+      if (m.platform == in.platform && m.generic == ForwardMethod::MLA && !m.resolves_generic &&
+          m.need == MethodNeed::DECODE_ONE_TOKEN)
+        return m.method;
   return ForwardMethod::MLA;
 }
 
@@ -127,67 +110,14 @@ std::string joined_backend_names() {
   return s;
 }
 
-void validate(const BatchSummary& b, const DispatchSettings& s) {
-  if (b.prefix_lens.size() != b.seq_lens.size())
-    fail("batch summary has {} prefix lengths but {} sequence lengths", b.prefix_lens.size(),
-         b.seq_lens.size());
-  for (size_t i = 0; i < b.prefix_lens.size(); ++i) {
-    int64_t prefix = b.prefix_lens[i], seq = b.seq_lens[i];
-    if (prefix < 0) fail("request {}: prefix_len {} is negative", i, prefix);
-    if (seq < 0) fail("request {}: seq_len {} is negative", i, seq);
-    if (prefix > seq) fail("request {}: prefix_len {} exceeds seq_len {}", i, prefix, seq);
+void validate(const Batch& b, const DispatchSettings& s) {
+  for (const BatchRequest& r : b.requests) {
+    if (r.prefix_len < 0) fail("request {}: prefix_len {} is negative", r.id, r.prefix_len);
+    if (r.new_len < 0) fail("request {}: new_len {} is negative", r.id, r.new_len);
   }
   if (s.chunked_prefix_threshold <= 0)
     fail("chunked_prefix_threshold must be positive, got {}", s.chunked_prefix_threshold);
   if (s.chunk_capacity <= 0) fail("chunk_capacity must be positive, got {}", s.chunk_capacity);
-}
-
-// Resolution tables, indexed by the ForwardMethod's value.
-constexpr size_t kNumMethods = 9;
-using MethodTable = std::array<ForwardMethod, kNumMethods>;
-
-constexpr MethodTable kIdentity = {
-    ForwardMethod::MHA,
-    ForwardMethod::MHA_ONE_SHOT,
-    ForwardMethod::MHA_CHUNKED_KV,
-    ForwardMethod::MLA,
-    ForwardMethod::MHA_ROCM,
-    ForwardMethod::MHA_ONE_SHOT_ROCM,
-    ForwardMethod::MHA_CHUNKED_KV_ROCM,
-    ForwardMethod::MLA_ROCM,
-    ForwardMethod::MLA_FUSED_ROPE_ROCM,
-};
-
-constexpr bool is_identity(const MethodTable& t) {
-  for (size_t i = 0; i < t.size(); ++i)
-    if (t[i] != ForwardMethod(i)) return false;
-  return true;
-}
-static_assert(is_identity(kIdentity), "kIdentity must list ForwardMethod in enum order");
-static_assert(size_t(ForwardMethod::MLA_FUSED_ROPE_ROCM) + 1 == kNumMethods,
-              "resolution tables must cover every ForwardMethod");
-
-constexpr MethodTable kCpuTable = kIdentity;
-constexpr MethodTable kCudaTable = kIdentity;
-constexpr MethodTable kRocmTable = {
-    ForwardMethod::MHA_ROCM,             // MHA
-    ForwardMethod::MHA_ONE_SHOT_ROCM,    // MHA_ONE_SHOT
-    ForwardMethod::MHA_CHUNKED_KV_ROCM,  // MHA_CHUNKED_KV
-    ForwardMethod::MLA_ROCM,             // MLA
-    ForwardMethod::MHA_ROCM,             // the ROCm members map to themselves
-    ForwardMethod::MHA_ONE_SHOT_ROCM,
-    ForwardMethod::MHA_CHUNKED_KV_ROCM,
-    ForwardMethod::MLA_ROCM,
-    ForwardMethod::MLA_FUSED_ROPE_ROCM,
-};
-
-const MethodTable& resolution_table(Platform p) {
-  switch (p) {
-    case Platform::CPU: return kCpuTable;
-    case Platform::CUDA: return kCudaTable;
-    case Platform::ROCM: return kRocmTable;
-  }
-  fail("unknown platform value {}", int(p));
 }
 
 }  // namespace
@@ -215,11 +145,14 @@ bool chunked_prefix_cache_enabled(const std::string& backend, const DispatchSett
   return s.chunked_prefix_cache.value_or(true);
 }
 
-ForwardMethod select_method(const BatchSummary& b, const DispatchSettings& s, Platform p) {
+void check_backend(std::string_view name) {
+  if (!find_handler(name)) fail("unknown attention backend '{}' (known: {})", name, joined_backend_names());
+}
+
+ForwardMethod select_method(const Batch& b, const DispatchSettings& s, Platform p) {
   const std::string backend = s.backend.empty() ? default_backend(p) : s.backend;
+  check_backend(backend);
   Handler handler = find_handler(backend);
-  if (!handler)
-    fail("unknown attention backend '{}' (known: {})", backend, joined_backend_names());
   validate(b, s);
   const HandlerInput in{.batch = b,
                         .settings = s,
@@ -233,10 +166,31 @@ ForwardMethod select_method(const BatchSummary& b, const DispatchSettings& s, Pl
 }
 
 ForwardMethod resolve_method(Platform p, ForwardMethod m) {
-  const MethodTable& t = resolution_table(p);
-  size_t i = size_t(m);
-  if (i >= t.size()) fail("unknown forward method value {}", int(m));
-  return t[i];
+  if (method_info(m).platform) return m;  // platform-specific members map to themselves
+  for (const MethodInfo& t : method_table())
+    if (t.platform == p && t.resolves_generic && t.generic == m) return t.method;
+  return m;
+}
+
+DispatchResult dispatch(const Batch& b, const DispatchSettings& s, Platform p) {
+  DispatchResult r;
+  r.platform = p;
+  r.method = select_method(b, s, p);
+  r.resolved = resolve_method(p, r.method);
+  const MethodImpl* impl = find_method_impl(r.resolved, p);
+  r.implemented = impl != nullptr;
+  if (!impl) {
+    r.reason = platform_built(p)
+                   ? fmt::format("{} is not implemented on platform {}", method_name(r.resolved), platform_name(p))
+                   : fmt::format("platform {} is not built into this mla", platform_name(p));
+    return r;
+  }
+  if (auto why = impl->cannot_serve(b)) {
+    r.reason = *why;
+    return r;
+  }
+  r.serves = true;
+  return r;
 }
 
 }  // namespace mla

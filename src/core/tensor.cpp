@@ -1,4 +1,4 @@
-// Host tensors and platform names.
+// Host tensors.
 #include "mla/tensor.h"
 
 #include <cstdint>
@@ -8,61 +8,6 @@
 #include "mla/error.h"
 
 namespace mla {
-
-std::string_view platform_name(Platform p) {
-  switch (p) {
-    case Platform::CPU: return "cpu";
-    case Platform::CUDA: return "cuda";
-    case Platform::ROCM: return "rocm";
-  }
-  return "?";
-}
-
-Platform parse_platform(std::string_view s) {
-  for (Platform p : all_platforms())
-    if (s == platform_name(p)) return p;
-  fail("unknown platform '{}' (known: cpu, cuda, rocm)", s);
-}
-
-const std::vector<Platform>& all_platforms() {
-  static const std::vector<Platform> all{Platform::CPU, Platform::CUDA, Platform::ROCM};
-  return all;
-}
-
-bool platform_built(Platform p) {
-  switch (p) {
-    case Platform::CPU: return true;
-#ifdef MLA_WITH_CUDA
-    case Platform::CUDA: return true;
-#endif
-#ifdef MLA_WITH_ROCM
-    case Platform::ROCM: return true;
-#endif
-    default: return false;
-  }
-}
-
-#ifdef MLA_WITH_CUDA
-namespace cuda {
-int device_count();
-}
-#endif
-#ifdef MLA_WITH_ROCM
-namespace rocm {
-int device_count();
-}
-#endif
-
-bool platform_available(Platform p) {
-  if (!platform_built(p)) return false;
-#ifdef MLA_WITH_CUDA
-  if (p == Platform::CUDA) return cuda::device_count() > 0;
-#endif
-#ifdef MLA_WITH_ROCM
-  if (p == Platform::ROCM) return rocm::device_count() > 0;
-#endif
-  return p == Platform::CPU;
-}
 
 std::string shape_str(const Shape& s) {
   std::string out = "[";

@@ -49,16 +49,6 @@ void mha_core(MethodContext& c);
 void mha_one_shot_core(MethodContext& c);
 void mha_chunked_kv_core(MethodContext& c);
 void mla_core(MethodContext& c);
-std::optional<std::string> mha_cannot_serve(const Batch& b);
-std::optional<std::string> serves_all(const Batch& b);
 }  // namespace methods
-
-#ifdef MLA_WITH_ROCM
-namespace rocm {
-// Appends the ROCm twins (MHA_ROCM, MHA_ONE_SHOT_ROCM, MHA_CHUNKED_KV_ROCM, MLA_ROCM,
-// MLA_FUSED_ROPE_ROCM) to the registry.
-void add_twins(std::vector<MethodImpl>& registry);
-}  // namespace rocm
-#endif
 
 }  // namespace mla

@@ -134,13 +134,10 @@ Tensor Model::moe(const Layer& l, const Tensor& x) {
 ForwardMethod Model::choose_method(const Batch& b, const ForwardOptions& opt) const {
   const Platform p = ops_.platform();
   if (opt.method) {
-    const MethodImpl* impl = find_method_impl(*opt.method, p);
-    if (!impl) fail("forward method {} is not implemented on platform {}", method_name(*opt.method), platform_name(p));
-    if (auto why = impl->cannot_serve(b))
-      fail("forward method {} on platform {} cannot serve this batch: {}", method_name(*opt.method), platform_name(p), *why);
+    require_method_impl(*opt.method, p, b);
     return *opt.method;
   }
-  DispatchResult d = dispatch(BatchSummary::of(b), opt.dispatch, p);
+  DispatchResult d = dispatch(b, opt.dispatch, p);
   if (!d.implemented || !d.serves)
     fail("dispatch chose {} (resolved {}) on {}: {}", method_name(d.method), method_name(d.resolved),
          platform_name(p), d.reason);

@@ -90,8 +90,7 @@ const ReferenceResult& LayerFixture::reference(ForwardMethod method) {
   const bool packed = w_packed_ && uses_absorbed_weights(method);
   std::optional<ReferenceResult>& ref = packed ? ref_packed_ : ref_;
   if (!ref) {
-    Batch b{c_.mode, {}};
-    for (auto [prefix, fresh] : c_.requests) b.requests.push_back({RequestId(b.requests.size()), prefix, fresh});
+    const Batch b = Batch::from_lengths(c_.mode, c_.requests);
     ref = reference_attention(c_.cfg, packed ? *w_packed_ : w_, x_, b, {c_.kv, c_.kv_scale});
   }
   return *ref;

@@ -10,6 +10,7 @@
 #include "mla/error.h"
 #include "mla/platform_ops.h"
 #include "platform/cpu/convert.h"
+#include "platform/registry.h"
 
 namespace mla {
 namespace cpu {
@@ -553,30 +554,12 @@ std::unique_ptr<Ops> make_cpu_ops(DType act) {
   }
 }
 
+PlatformEntry platform_entry() {
+  return {Platform::CPU, [] { return 1; },
+          [](DType act, const PlatformOptions&) { return make_cpu_ops(act); },
+          [](std::vector<MethodImpl>& r) { methods::add_shared_methods(r, Platform::CPU); }};
+}
+
 }  // namespace cpu
-
-#ifdef MLA_WITH_CUDA
-namespace cuda {
-std::unique_ptr<Ops> make_cuda_ops(DType act);
-}
-#endif
-#ifdef MLA_WITH_ROCM
-namespace rocm {
-std::unique_ptr<Ops> make_rocm_ops(DType act, const RocmSettings& settings);
-}
-#endif
-
-std::unique_ptr<Ops> make_ops(Platform p, DType act, const PlatformOptions& options) {
-  switch (p) {
-    case Platform::CPU: return cpu::make_cpu_ops(act);
-#ifdef MLA_WITH_CUDA
-    case Platform::CUDA: return cuda::make_cuda_ops(act);
-#endif
-#ifdef MLA_WITH_ROCM
-    case Platform::ROCM: return rocm::make_rocm_ops(act, options.rocm);
-#endif
-    default: fail("platform {} is not built into this mla", platform_name(p));
-  }
-}
 
 }  // namespace mla

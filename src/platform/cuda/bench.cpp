@@ -194,7 +194,7 @@ json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, i
   fill_random(x.data(), Elem::BF16, size_t(x.numel()), 9, 1.f, nullptr);
   ops->synchronize();
   cudaStream_t s = nullptr;  // the layer runs on the ops' stream; events on the legacy stream order with it
-  ForwardMethod m = dispatch(BatchSummary::of(batch), ds, platform).resolved;
+  ForwardMethod m = dispatch(batch, ds, platform).resolved;
   const double us = time_us(s, runs, [&](int) {
     layer.forward(x, plan, pool, 0, m, ds);
     ops->synchronize();

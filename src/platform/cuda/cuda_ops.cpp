@@ -10,6 +10,7 @@
 #include "platform/cuda/mha_prefill.h"
 #include "platform/cuda/mla_decode.h"
 #include "platform/gpu/gpu_ops.h"
+#include "platform/registry.h"
 
 namespace mla {
 namespace cuda {
@@ -106,7 +107,11 @@ std::unique_ptr<Ops> make_cuda_ops(DType act) {
   return std::make_unique<CudaOps>(act);
 }
 
-int device_count() { return gpu::device_count(); }
+PlatformEntry platform_entry() {
+  return {Platform::CUDA, gpu::device_count,
+          [](DType act, const PlatformOptions&) { return make_cuda_ops(act); },
+          [](std::vector<MethodImpl>& r) { methods::add_shared_methods(r, Platform::CUDA); }};
+}
 
 }  // namespace cuda
 }  // namespace mla

@@ -240,6 +240,10 @@ std::unique_ptr<Ops> make_rocm_ops(DType act, const RocmSettings& settings) {
   return std::make_unique<RocmOps>(act, settings);
 }
 
-int device_count() { return gpu::device_count(); }
+PlatformEntry platform_entry() {
+  return {Platform::ROCM, gpu::device_count,
+          [](DType act, const PlatformOptions& o) { return make_rocm_ops(act, o.rocm); },
+          add_twins};
+}
 
 }  // namespace mla::rocm

@@ -13,6 +13,7 @@
 #include "platform/gpu/gpu_ops.h"
 #include "platform/rocm/gemm.h"
 #include "platform/rocm/kernels.h"
+#include "platform/registry.h"
 
 namespace mla::rocm {
 
@@ -74,6 +75,8 @@ class RocmOps final : public gpu::GpuOps {
 RocmOps& rocm_ops(Ops& ops);
 
 std::unique_ptr<Ops> make_rocm_ops(DType act, const RocmSettings& settings);
-int device_count();
+// The ROCm twins (MHA_ROCM, MHA_ONE_SHOT_ROCM, MHA_CHUNKED_KV_ROCM, MLA_ROCM, MLA_FUSED_ROPE_ROCM)
+// for the registry (twins.cpp).
+void add_twins(std::vector<MethodImpl>& registry);
 
 }  // namespace mla::rocm

@@ -147,24 +147,15 @@ void mla_fused_rope_core(MethodContext& c) {
   });
 }
 
-std::optional<std::string> decode_only(const Batch& b) {
-  if (b.mode != ForwardMode::DECODE)
-    return fmt::format("MLA_FUSED_ROPE_ROCM serves decode batches only, not {}", mode_name(b.mode));
-  for (const BatchRequest& q : b.requests)
-    if (q.new_len != 1)
-      return fmt::format("MLA_FUSED_ROPE_ROCM decodes one token per request, and request {} has {}", q.id, q.new_len);
-  return std::nullopt;
-}
-
 }  // namespace
 
 void add_twins(std::vector<MethodImpl>& r) {
   const Platform p = Platform::ROCM;
-  r.push_back({ForwardMethod::MHA_ROCM, p, methods::serves_all, prepare_mha, mha_rocm_core});
-  r.push_back({ForwardMethod::MHA_ONE_SHOT_ROCM, p, methods::serves_all, prepare_mha, mha_one_shot_rocm_core});
-  r.push_back({ForwardMethod::MHA_CHUNKED_KV_ROCM, p, methods::serves_all, prepare_mha, mha_chunked_kv_rocm_core});
-  r.push_back({ForwardMethod::MLA_ROCM, p, methods::serves_all, prepare_mla_rocm, mla_rocm_core});
-  r.push_back({ForwardMethod::MLA_FUSED_ROPE_ROCM, p, decode_only, prepare_mla_fused_rope, mla_fused_rope_core});
+  r.push_back({ForwardMethod::MHA_ROCM, p, prepare_mha, mha_rocm_core});
+  r.push_back({ForwardMethod::MHA_ONE_SHOT_ROCM, p, prepare_mha, mha_one_shot_rocm_core});
+  r.push_back({ForwardMethod::MHA_CHUNKED_KV_ROCM, p, prepare_mha, mha_chunked_kv_rocm_core});
+  r.push_back({ForwardMethod::MLA_ROCM, p, prepare_mla_rocm, mla_rocm_core});
+  r.push_back({ForwardMethod::MLA_FUSED_ROPE_ROCM, p, prepare_mla_fused_rope, mla_fused_rope_core});
 }
 
 }  // namespace mla::rocm

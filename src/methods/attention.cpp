@@ -1,4 +1,4 @@
-// The attention layer: weights on the platform, dispatch, and the method run.
+// The attention layer: weights on the platform, and the method run.
 #include <fmt/format.h>
 
 #include "methods/method.h"
@@ -6,31 +6,6 @@
 #include "mla/registry.h"
 
 namespace mla {
-
-DispatchResult dispatch(const BatchSummary& b, const DispatchSettings& s, Platform p) {
-  DispatchResult r;
-  r.platform = p;
-  r.method = select_method(b, s, p);
-  r.resolved = resolve_method(p, r.method);
-  const MethodImpl* impl = find_method_impl(r.resolved, p);
-  r.implemented = impl != nullptr;
-  if (!impl) {
-    r.reason = platform_built(p)
-                   ? fmt::format("{} is not implemented on platform {}", method_name(r.resolved), platform_name(p))
-                   : fmt::format("platform {} is not built into this mla", platform_name(p));
-    return r;
-  }
-  Batch batch;
-  batch.mode = b.mode;
-  for (size_t i = 0; i < b.seq_lens.size(); ++i)
-    batch.requests.push_back({RequestId(i), b.prefix_lens.at(i), b.seq_lens[i] - b.prefix_lens.at(i)});
-  if (auto why = impl->cannot_serve(batch)) {
-    r.reason = *why;
-    return r;
-  }
-  r.serves = true;
-  return r;
-}
 
 AttentionLayer::AttentionLayer(const AttentionConfig& cfg, const AttentionWeights& weights, Ops& ops)
     : cfg_(cfg), ops_(ops), rope_(rope_frequencies(cfg)) {
@@ -56,11 +31,7 @@ AttentionOutput AttentionLayer::forward(const Tensor& x, const BatchPlan& plan, 
                                         int64_t layer, ForwardMethod method,
                                         const DispatchSettings& settings) {
   const Platform p = ops_.platform();
-  const MethodImpl* impl = find_method_impl(method, p);
-  if (!impl)
-    fail("forward method {} is not implemented on platform {}", method_name(method), platform_name(p));
-  if (auto why = impl->cannot_serve(plan.batch))
-    fail("forward method {} on platform {} cannot serve this batch: {}", method_name(method), platform_name(p), *why);
+  const MethodImpl* impl = &require_method_impl(method, p, plan.batch);
   const int64_t T = plan.num_tokens;
   if (x.platform() != p || x.rank() != 2 || x.dim(0) != T || x.dim(1) != cfg_.hidden_size)
     fail("attention input is {} on {}, expected [{}, {}] on {}", shape_str(x.shape()),
@@ -95,7 +66,7 @@ AttentionOutput AttentionLayer::forward(const Tensor& x, const BatchPlan& plan, 
 
 AttentionOutput AttentionLayer::forward(const Tensor& x, const BatchPlan& plan, KVPool& pool,
                                         int64_t layer, const DispatchSettings& settings) {
-  DispatchResult d = dispatch(BatchSummary::of(plan.batch), settings, ops_.platform());
+  DispatchResult d = dispatch(plan.batch, settings, ops_.platform());
   if (!d.implemented || !d.serves)
     fail("dispatch chose {} (resolved {}) on {}: {}", method_name(d.method), method_name(d.resolved),
          platform_name(d.platform), d.reason);
