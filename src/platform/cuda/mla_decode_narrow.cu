@@ -27,12 +27,13 @@ __device__ __forceinline__ void wgmma_narrow(float (&d)[N / 2], uint64_t da, uin
   else wgmma_m64n32k16_ss<kTransA, 0>(d, da, db, scale_d);
 }
 
-// v[j][c]: this thread's value for its rows 8j + 2(lane & 3) + c over its keys → the total (max
-// when kMax, else sum) over the tile's 64 keys: over the 8 lanes of the warp that share lane & 3
-// (the key dimension of the swap-AB fragments), then over the 4 warps through red ([4 warps][N]
-// f32; one barrier inside).
+// The row reductions over the tile's 64 keys, in two steps around a barrier: stage_rows reduces
+// v[j][c] (this thread's value for its rows 8j + 2(lane & 3) + c) over the 8 lanes of the warp that
+// share lane & 3 (the key dimension of the swap-AB fragments) and writes the warp's value of each
+// row to red ([4 warps][N] f32); after a __syncthreads, row_total folds the 4 warps' values of one
+// row into `init`. Max when kMax, else sum.
 template <bool kMax, int N>
-__device__ __forceinline__ void reduce_rows(float (&v)[N / 8][2], uint32_t red, int wi, int lane) {
+__device__ __forceinline__ void stage_rows(float (&v)[N / 8][2], uint32_t red, int wi, int lane) {
 #pragma unroll
   for (int j = 0; j < N / 8; ++j)
 #pragma unroll
@@ -46,20 +47,15 @@ __device__ __forceinline__ void reduce_rows(float (&v)[N / 8][2], uint32_t red, 
       v[j][c] = x;
       if (lane < 4) st_shared_f32(red + (wi * N + 8 * j + 2 * lane + c) * 4, x);
     }
-  __syncthreads();
+}
+template <bool kMax, int N>
+__device__ __forceinline__ float row_total(float init, uint32_t red, int row) {
 #pragma unroll
-  for (int j = 0; j < N / 8; ++j)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int row = 8 * j + 2 * (lane & 3) + c;
-      float t = kMax ? v[j][c] : 0.f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const float u = ld_shared_f32(red + (w * N + row) * 4);
-        t = kMax ? fmaxf(t, u) : t + u;
-      }
-      v[j][c] = t;
-    }
+  for (int w = 0; w < 4; ++w) {
+    const float u = ld_shared_f32(red + (w * N + row) * 4);
+    init = kMax ? fmaxf(init, u) : init + u;
+  }
+  return init;
 }
 
 // grid (row tiles, splits, requests), 128 threads, NarrowSmem<N>::kBytes dynamic smem.
@@ -167,13 +163,14 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
           s[4 * j + 2 + c] = v1;
           mx[j][c] = fmaxf(v0, v1);
         }
-      reduce_rows<true, N>(mx, sMax, wi, lane);
+      stage_rows<true, N>(mx, sMax, wi, lane);
+      __syncthreads();
 #pragma unroll
       for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int row = 8 * j + 2 * (lane & 3) + c;
-          const float m_new = fmaxf(m_run[j][c], mx[j][c]);
+          const float m_new = fmaxf(m_run[j][c], row_total<true, N>(mx[j][c], sMax, row));
           const float base = m_new == -INFINITY ? 0.f : m_new;
           const float alpha = ex2(m_run[j][c] - base);
           m_run[j][c] = m_new;
@@ -210,7 +207,8 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
   }
 
   // ---- epilogue
-  reduce_rows<false, N>(l_run, sSum, wi, lane);  // l_run: the rows' sums over all keys
+  stage_rows<false, N>(l_run, sSum, wi, lane);
+  __syncthreads();
 #pragma unroll
   for (int j = 0; j < J; ++j)
 #pragma unroll
@@ -218,7 +216,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
       const int row = 8 * j + 2 * (lane & 3) + c;
       const int prow = row0 + row;
       if (prow >= rows) continue;
-      const float l = l_run[j][c];
+      const float l = row_total<false, N>(0.f, sSum, row);  // over all keys
       const float inv = l > 0.f ? p.out_scale / l : 0.f;
       const float lse = l > 0.f ? (m_run[j][c] + log2f(l)) * 0.69314718055994531f : -INFINITY;
       const size_t grow = size_t(q_start) * H + prow;
