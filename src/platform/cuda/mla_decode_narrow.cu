@@ -113,6 +113,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
     }
 
   KvTile<kNarrowThreads, kFp8> tile{p.kv, slots, k_len, sKV, sRaw, tid};
+  int sl[KvTile<kNarrowThreads, kFp8>::kPasses];  // slots of this thread's keys of the next tile
 
   if (t_begin < t_end) {
     {  // Q rows (zero past the request)
@@ -126,13 +127,13 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
           cp_async(sQ + i * (N * 128) + swz128(row, sub), valid ? src + i * 64 : p.q, valid);
       }
     }
-    tile.start(t_begin, t_end);
+    tile.start(t_begin, t_end, sl);
 
     for (int t = t_begin; t < t_end; ++t) {
       const int stage = (t - t_begin) & 1;
       const bool more = t + 2 < t_end;
-      if (more) tile.fetch(t + 2);
-      const uint32_t kv_tile = tile.wait(stage, more);
+      if (more) tile.fetch(t + 2, sl);
+      const uint32_t kv_tile = tile.wait(stage, more, sl);
 
       // ---- Sᵀ[64 keys][N rows] = K · Qᵀ
       float s[N / 2];
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
 #pragma unroll
       for (int b = 0; b < 8; ++b) reg_fence(o[b]);
       __syncthreads();  // stage, Pᵀ and the row maxima may be overwritten now
-      tile.release(stage, more);
+      tile.release(stage, more, sl);
     }
   }
 

@@ -44,7 +44,9 @@ __device__ __forceinline__ bool cta_work(const KParams& p, int tile_rows, CtaWor
 //         widened into the one bf16 tile at sKV.
 // Per tile t: wait(stage, more) → the bf16 tile's address; the math; release(stage, more). The
 // slots of tile t + 2 (fetch) are read during tile t's math; its copies go out as soon as its stage
-// is free (fp8: once converted, in wait; bf16: after the math, in release).
+// is free (fp8: once converted, in wait; bf16: after the math, in release). The slots live in the
+// caller's array `slot`, not in the struct: an array member keeps the whole struct out of registers
+// until the loops are unrolled, and the PTX then recomputes the stage addresses on every tile.
 template <int kThreads, bool kFp8>
 struct KvTile {
   static constexpr int kShift = kFp8 ? 2 : 3;           // log2(threads per key)
@@ -57,10 +59,9 @@ struct KvTile {
   uint32_t sKV;           // bf16: [2 stages][64 keys][576]; fp8: [64][576]
   uint32_t sRaw;          // fp8 only: [2 stages][64 keys][576] e4m3
   int tid;
-  int slot[kPasses];  // slots of this thread's keys in the fetched tile (−1: past k_len)
 
   // Reads the slots of this thread's keys of tile t.
-  __device__ __forceinline__ void fetch(int t) {
+  __device__ __forceinline__ void fetch(int t, int (&slot)[kPasses]) const {
 #pragma unroll
     for (int h = 0; h < kPasses; ++h) {
       const int kidx = t * kKeys + (tid >> kShift) + kKeyStep * h;
@@ -68,7 +69,7 @@ struct KvTile {
     }
   }
   // Issues the async copies of the fetched tile into `stage`.
-  __device__ __forceinline__ void load(int stage) const {
+  __device__ __forceinline__ void load(int stage, const int (&slot)[kPasses]) const {
     if constexpr (kFp8) {
       const int sub = tid & 3;
 #pragma unroll
@@ -119,19 +120,19 @@ struct KvTile {
   }
   // The prologue: the first two tiles of [t_begin, t_end) in flight, one commit group each (the
   // first also holds whatever the caller issued before, e.g. Q).
-  __device__ __forceinline__ void start(int t_begin, int t_end) {
-    fetch(t_begin);
-    load(0);
+  __device__ __forceinline__ void start(int t_begin, int t_end, int (&slot)[kPasses]) const {
+    fetch(t_begin, slot);
+    load(0, slot);
     sm90::cp_async_commit();
     if (t_begin + 1 < t_end) {
-      fetch(t_begin + 1);
-      load(1);
+      fetch(t_begin + 1, slot);
+      load(1, slot);
     }
     sm90::cp_async_commit();
   }
   // Waits for `stage` (the next stage's copies stay in flight) and returns the shared-memory address
   // of its bf16 tile; fp8 widens it first and reissues the stage for the fetched tile when `more`.
-  __device__ __forceinline__ uint32_t wait(int stage, bool more) const {
+  __device__ __forceinline__ uint32_t wait(int stage, bool more, const int (&slot)[kPasses]) const {
     sm90::cp_async_wait<1>();
     sm90::fence_proxy_async();
     __syncthreads();
@@ -139,7 +140,7 @@ struct KvTile {
       convert(stage);
       sm90::fence_proxy_async();
       __syncthreads();
-      if (more) load(stage);
+      if (more) load(stage, slot);
       sm90::cp_async_commit();
       return sKV;
     } else {
@@ -147,9 +148,9 @@ struct KvTile {
     }
   }
   // After the tile's math (and a barrier): bf16 reissues the stage for the fetched tile when `more`.
-  __device__ __forceinline__ void release(int stage, bool more) const {
+  __device__ __forceinline__ void release(int stage, bool more, const int (&slot)[kPasses]) const {
     if constexpr (!kFp8) {
-      if (more) load(stage);
+      if (more) load(stage, slot);
       sm90::cp_async_commit();
     }
   }

@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
   float l_run[2] = {0.f, 0.f};              // running sum (this thread's keys)
 
   KvTile<kThreads, kFp8> tile{p.kv, slots, k_len, sKV, sRaw, tid};
+  int sl[KvTile<kThreads, kFp8>::kPasses];  // slots of this thread's keys of the next tile
 
   if (t_begin < t_end) {
     // ---- prologue: Q (zero rows past the request) + the first two tiles
@@ -79,13 +80,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
           cp_async(sQ + i * kChunkBytes + swz128(row, sub), valid ? src + i * 64 : p.q, valid);
       }
     }
-    tile.start(t_begin, t_end);
+    tile.start(t_begin, t_end, sl);
 
     for (int t = t_begin; t < t_end; ++t) {
       const int stage = (t - t_begin) & 1;
       const bool more = t + 2 < t_end;
-      if (more) tile.fetch(t + 2);  // in flight during this tile's math
-      const uint32_t kv_tile = tile.wait(stage, more);
+      if (more) tile.fetch(t + 2, sl);  // in flight during this tile's math
+      const uint32_t kv_tile = tile.wait(stage, more, sl);
 
       // ---- S[64 rows][32 keys of this WG] = Q · Kᵀ
       float s[16];
@@ -205,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
         }
       }
       __syncthreads();  // this stage (and P, the row maxima) may be overwritten now
-      tile.release(stage, more);
+      tile.release(stage, more, sl);
     }
   }
 
