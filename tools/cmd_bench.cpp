@@ -5,7 +5,7 @@
 #include "cli.h"
 #include "mla/error.h"
 #ifdef MLA_WITH_CUDA
-#include "platform/cuda/bench.h"
+#include "bench/gpu/bench.h"
 #endif
 
 namespace mla::cli {

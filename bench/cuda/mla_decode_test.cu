@@ -1,7 +1,9 @@
-// Standalone correctness test + benchmark of the fast MLA decode kernel (src/platform/cuda/mla_decode.cu).
+// Standalone correctness test + benchmark of the fast MLA decode kernels
+// (src/platform/cuda/mla_decode*.cu, the host side mla_decode.cpp).
 //
 // Build: nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
-//          bench/cuda/mla_decode_test.cu src/platform/cuda/mla_decode.cu -o .devbin/mla_decode_test
+//          bench/cuda/mla_decode_test.cu src/platform/cuda/mla_decode.cpp \
+//          src/platform/cuda/mla_decode_{wide,narrow,combine}.cu -o .devbin/mla_decode_test
 // Run:   mla_decode_test [--no-test] [--no-bench] [--out FILE]
 //
 // Tests: random bf16 q / KV (never zeros), slots shuffled over a pool twice the needed size with NaN
@@ -393,12 +395,9 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
       ++g_failures;
       continue;
     }
-    mla_fast_set_debug(v.splits, v.mma, v.variant | g_base_variant);
-    mla_attention_fast(p);
-    const int used_splits = mla_fast_debug_last_splits();
+    const int used_splits = mla_attention_fast(p, {v.splits, v.mma, v.variant | g_base_variant});
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    mla_fast_set_debug(0, false, 0);
     std::vector<float> o(rows * kDv), lse(rows);
     if (v.f32) {
       CK(cudaMemcpy(o.data(), d_o, rows * kDv * 4, cudaMemcpyDeviceToHost));
@@ -627,15 +626,15 @@ void run_bench(const BenchCase& bc) {
   CK(cudaMalloc(&d_lse, rows * 4));
   const size_t ws_bytes = mla_fast_workspace_bytes(pb.T, pb.H, g_sms);
   if (ws_bytes) CK(cudaMalloc(&d_ws, ws_bytes));
-  mla_fast_set_debug(0, bc.mma, bc.variant | g_base_variant);
+  const MlaDecodeTuning tuning{0, bc.mma, bc.variant | g_base_variant};
+  int used_splits = 0;
   auto launch = [&](int i) {
     const Set& st = sets[i % nsets];
     MlaParams p = make_params(pb, st.q, st.kv, st.slots, d_seg, d_o, false, d_lse, d_ws, ws_bytes);
-    mla_attention_fast(p);
+    used_splits = mla_attention_fast(p, tuning);
   };
   const float ms = median_ms(launch, 3, 30);
   const float ms2 = median_ms(launch, 1, 30);  // second measurement: spread
-  const int used_splits = mla_fast_debug_last_splits();
 
   // Check two requests of the last set launched against the CPU reference.
   {
@@ -643,7 +642,6 @@ void run_bench(const BenchCase& bc) {
     const Set& st = sets[last];
     launch(last);
     CK(cudaDeviceSynchronize());
-    mla_fast_set_debug(0, false, 0);
     std::vector<int> reqs = {0, bc.B - 1};
     if (bc.B == 1) reqs = {0};
     std::vector<uint16_t> qh(rows * kD), oh(rows * kDv);

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "platform/cuda/cuda_check.h"
+#include "platform/cuda/sm90.cuh"
 
 namespace mla::cuda {
 namespace {
@@ -22,51 +23,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// ---- PTX helpers ----------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// Two floats → packed bf16x2, `lo` in the low half (the lower column of an mma fragment).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <int BYTES>
-__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, bool ok) {
-  const int n = ok ? BYTES : 0;  // 0: zero-fill, read nothing
-  if constexpr (BYTES == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// c[4] += a[16x16] · b[16x8] (bf16 in, f32 accumulate).
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using namespace sm90;
 
 // ---- Work decomposition (shared by both bodies) ---------------------------------------------
 // Grid: x = m-blocks × heads, y = requests. Blocks start roughly in index order: heads go in
@@ -302,7 +259,8 @@ __global__ void __launch_bounds__(128) mha_mma_kernel(const MhaParams p, int mbl
         mma_bf16(&s[(2 * nb2 + 1) * 4], qf[kk], b[2], b[3]);
       }
     }
-    if (tile_needs_mask(q, n, m0, BN, causal)) apply_mask<NBS>(s, lane, n * BN, n * BN, q.klen, qi0, diag, causal);
+    if (tile_needs_mask(q, n, m0, BN, causal))
+      apply_mask<NBS>(s, lane, n * BN, n * BN, q.klen, qi0, diag, causal);
     float alpha[2];
     softmax_tile<NBS>(s, mx, l, alpha, sl2);
 #pragma unroll
@@ -312,7 +270,8 @@ __global__ void __launch_bounds__(128) mha_mma_kernel(const MhaParams p, int mbl
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint32_t a[4] = {pack_bf16(s[8 * kk + 0], s[8 * kk + 1]), pack_bf16(s[8 * kk + 2], s[8 * kk + 3]),
-                             pack_bf16(s[8 * kk + 4], s[8 * kk + 5]), pack_bf16(s[8 * kk + 6], s[8 * kk + 7])};
+                             pack_bf16(s[8 * kk + 4], s[8 * kk + 5]),
+                             pack_bf16(s[8 * kk + 6], s[8 * kk + 7])};
 #pragma unroll
       for (int nb2 = 0; nb2 < C::DVP / 16; ++nb2) {
         uint32_t b[4];
@@ -329,13 +288,14 @@ __global__ void __launch_bounds__(128) mha_mma_kernel(const MhaParams p, int mbl
 
 // ==== Body 2: wgmma + TMA (sm_90a), Dqk 192 / Dv 128 ==========================================
 // 384 threads: warpgroup 0 is the TMA producer (one thread; its registers go to the others through
-// setmaxnreg), warpgroups 1 and 2 the consumers (64 query rows each). Tiles: Q [128 x 192] once; K [128 x 192] and V [128 x 128] in two stages. Every tile
-// is stored as [128 rows][64 cols] chunks of 128-byte rows with the 128-byte swizzle (the layout
-// TMA writes and wgmma reads): K-major for Q and K, MN-major (keys as rows) for V.
-// Per tile and warpgroup: S = Q Kᵀ (12 × m64n128k16, both from smem), online softmax in registers,
-// O += P V (8 × m64n128k16, P from registers). With kOverlap the product Q K(n+1)ᵀ and P(n) V(n)
-// run on the tensor cores while the softmax of tile n+1 runs (FA3's intra-warpgroup overlap); the
-// two warpgroups already interleave without it, and on the H200 the plain loop measured faster.
+// setmaxnreg), warpgroups 1 and 2 the consumers (64 query rows each). Tiles: Q [128 x 192] once;
+// K [128 x 192] and V [128 x 128] in two stages. Every tile is stored as [128 rows][64 cols] chunks
+// of 128-byte rows with the 128-byte swizzle (the layout TMA writes and wgmma reads): K-major for Q
+// and K, MN-major (keys as rows) for V. Per tile and warpgroup: S = Q Kᵀ (12 × m64n128k16, both
+// from smem), online softmax in registers, O += P V (8 × m64n128k16, P from registers). With
+// kOverlap the product Q K(n+1)ᵀ and P(n) V(n) run on the tensor cores while the softmax of tile
+// n+1 runs (FA3's intra-warpgroup overlap); the two warpgroups already interleave without it, and
+// on the H200 the plain loop measured faster.
 namespace hopper {
 constexpr int BM = 128, BN = 128, DQK = 192, DV = 128, kThreads = 384;
 constexpr int kChunk = 128 * 128;       // bytes of one [128][64] bf16 chunk
@@ -345,77 +305,15 @@ constexpr int kVBytes = 2 * kChunk;     // 32768
 constexpr int kSmemBytes = 1024 /*alignment slack*/ + kQBytes + 2 * kKBytes + 2 * kVBytes + 64 /*barriers*/;
 // Barriers (8 bytes each): 0 Q full; 1,2 K full; 3,4 V full; 5,6 stage empty.
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, int phase) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(phase)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                            int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Pins register values after a wgmma wait (the compiler must not move their uses above it).
-template <int N>
-__device__ __forceinline__ void reg_fence(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-// Shared-memory matrix descriptor, 128-byte swizzle.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
-         (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
-}
-
-// D[64x128] (+)= A[64x16] (smem desc, K-major) · B[16x128] (smem desc, K-major).
-__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
-
-// D[64x128] += A[64x16] (registers, the mma.m16n8k16 A layout per warp) · B[16x128] (smem desc,
-// MN-major when kTransB).
-template <int kTransB>
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(kTransB));
-}
-
 // First key of tile n: the last tile ends at klen (it then overlaps the previous one; keys below
 // n·BN are masked), so no TMA box reaches past the request's keys. Likewise the last query tile
 // ends at qlen (rows below m0 are computed, then dropped).
 __device__ __forceinline__ int tile_key0(const Req& q, int n) {
   return (n + 1) * BN > q.klen ? q.klen - BN : n * BN;
 }
-__device__ __forceinline__ int tile_query0(const Req& q, int m0) { return m0 + BM > q.qlen ? q.qlen - BM : m0; }
+__device__ __forceinline__ int tile_query0(const Req& q, int m0) {
+  return m0 + BM > q.qlen ? q.qlen - BM : m0;
+}
 
 template <bool kOverlap, bool kPingpong>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -447,28 +345,31 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(bar(3 + s), 1);
       mbar_init(bar(5 + s), 256);  // every consumer thread releases the stage
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbarrier_init();
   }
   __syncthreads();
 
   if (warp < 4) {  // ---- producer warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    setmaxnreg_dec<40>();
     if (warp == 0 && lane == 0) {
       mbar_expect_tx(bar(0), kQBytes);
-      for (int c = 0; c < 3; ++c) tma_load_3d(sQ + c * kChunk, &tmq, bar(0), c * 64, w.h, q.q0 + tile_query0(q, m0));
+      for (int c = 0; c < 3; ++c)
+        tma_load_3d(sQ + c * kChunk, &tmq, bar(0), c * 64, w.h, q.q0 + tile_query0(q, m0));
       for (int it = 0; it < n_tiles; ++it) {
         const int s = it & 1;
         if (it >= 2) mbar_wait(bar(5 + s), ((it >> 1) - 1) & 1);
         const int krow = q.k0 + tile_key0(q, n_tiles - 1 - it);
         mbar_expect_tx(bar(1 + s), kKBytes);
-        for (int c = 0; c < 3; ++c) tma_load_3d(sK + s * kKBytes + c * kChunk, &tmk, bar(1 + s), c * 64, w.h, krow);
+        for (int c = 0; c < 3; ++c)
+          tma_load_3d(sK + s * kKBytes + c * kChunk, &tmk, bar(1 + s), c * 64, w.h, krow);
         mbar_expect_tx(bar(3 + s), kVBytes);
-        for (int c = 0; c < 2; ++c) tma_load_3d(sV + s * kVBytes + c * kChunk, &tmv, bar(3 + s), c * 64, w.h, krow);
+        for (int c = 0; c < 2; ++c)
+          tma_load_3d(sV + s * kVBytes + c * kChunk, &tmv, bar(3 + s), c * 64, w.h, krow);
       }
     }
   } else {
   // ---- consumers: warpgroup wg owns query rows [64·wg, +64) of the tile
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  setmaxnreg_inc<232>();
   const int wg = (warp >> 2) - 1, wl = warp & 3;
   const int qi0 = tile_query0(q, m0) + wg * 64 + wl * 16 + (lane >> 2);
   const int diag = q.klen - q.qlen;
@@ -485,7 +386,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < 12; ++kk) {
       const uint32_t off = (kk >> 2) * kChunk + (kk & 3) * 32;
-      wgmma_ss(s, sw128_desc(qbase + off, 16, 1024), sw128_desc(kb + off, 16, 1024), kk > 0);
+      wgmma_m64n128k16_ss<0, 0>(s, sw128_desc(qbase + off, 16, 1024), sw128_desc(kb + off, 16, 1024),
+                                kk > 0);
     }
   };
   auto issue_pv = [&](int st) {  // O += P V(st)
@@ -493,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
       // MN-major: LBO = stride between the 64-column chunks, SBO = between 8-key groups
-      wgmma_rs<1>(acc, pf[kk], sw128_desc(vb + kk * 2048, kChunk, 1024));
+      wgmma_m64n128k16_rs<1>(acc, pf[kk], sw128_desc(vb + kk * 2048, kChunk, 1024));
     }
   };
   auto softmax = [&](int it, float (&alpha)[2]) {
@@ -519,10 +421,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // one's softmax runs under the other's matrix work. Warpgroup 1 opens with a token for
   // warpgroup 0 and skips its last hand-over, so every barrier phase completes.
   auto turn_wait = [&] {
-    if constexpr (kPingpong) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
+    if constexpr (kPingpong) named_bar_sync(1 + wg, 256);
   };
   auto turn_pass = [&] {
-    if constexpr (kPingpong) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
+    if constexpr (kPingpong) named_bar_arrive(2 - wg, 256);
   };
   if (wg == 1) turn_pass();
 
@@ -530,11 +432,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kOverlap) {
     mbar_wait(bar(1), 0);
     turn_wait();
-    wg_fence();
+    wgmma_fence();
     issue_qk(0);
-    wg_commit();
+    wgmma_commit();
     turn_pass();
-    wg_wait<0>();
+    wgmma_wait<0>();
     reg_fence(s);
     {
       float alpha[2];
@@ -546,17 +448,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(bar(1 + st), ph);
       mbar_wait(bar(3 + pst), pph);
       turn_wait();
-      wg_fence();
+      wgmma_fence();
       issue_qk(st);
-      wg_commit();
+      wgmma_commit();
       issue_pv(pst);
-      wg_commit();
+      wgmma_commit();
       turn_pass();
-      wg_wait<1>();  // S(it) ready; P(it−1) V runs on
+      wgmma_wait<1>();  // S(it) ready; P(it−1) V runs on
       reg_fence(s);
       float alpha[2];
       softmax(it, alpha);
-      wg_wait<0>();
+      wgmma_wait<0>();
       reg_fence(acc);
       reg_fence(s);
       mbar_arrive(bar(5 + pst));
@@ -566,30 +468,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int lst = (n_tiles - 1) & 1, lph = ((n_tiles - 1) >> 1) & 1;
     mbar_wait(bar(3 + lst), lph);
     turn_wait();
-    wg_fence();
+    wgmma_fence();
     issue_pv(lst);
-    wg_commit();
+    wgmma_commit();
     if (wg == 0) turn_pass();
-    wg_wait<0>();
+    wgmma_wait<0>();
     reg_fence(acc);
   } else {
     for (int it = 0; it < n_tiles; ++it) {
       const int st = it & 1, ph = (it >> 1) & 1;
       mbar_wait(bar(1 + st), ph);
-      wg_fence();
+      wgmma_fence();
       issue_qk(st);
-      wg_commit();
-      wg_wait<0>();
+      wgmma_commit();
+      wgmma_wait<0>();
       reg_fence(s);
       float alpha[2];
       softmax(it, alpha);
       rescale(alpha);
       to_p();
       mbar_wait(bar(3 + st), ph);
-      wg_fence();
+      wgmma_fence();
       issue_pv(st);
-      wg_commit();
-      wg_wait<0>();
+      wgmma_commit();
+      wgmma_wait<0>();
       reg_fence(acc);
       mbar_arrive(bar(5 + st));
     }
@@ -630,7 +532,8 @@ EncodeFn tensor_map_encoder() {
   static const EncodeFn fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult qr{};
-    MLA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &qr));
+    MLA_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &qr));
     if (qr != cudaDriverEntryPointSuccess || f == nullptr)
       gpu::gpu_fail("CUDA", "driver entry point not found", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
     return reinterpret_cast<EncodeFn>(f);
@@ -645,11 +548,12 @@ CUtensorMap head_tensor_map(const void* ptr, int H, int D, int64_t rows) {
   const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(H) * D * 2};
   const cuuint32_t box[3] = {64, 1, 128};
   const cuuint32_t estr[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims,
-                                          strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) gpu::gpu_fail("CUDA driver", "tensor map rejected", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+  const CUresult r =
+      tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims, strides,
+                           box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    gpu::gpu_fail("CUDA driver", "tensor map rejected", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
   return m;
 }
 
@@ -723,7 +627,8 @@ void mha_attention_fast_path(const MhaParams& p, MhaFastPath path) {
   const bool is_v3 = p.qk_dim == hopper::DQK && p.v_dim == hopper::DV;
   // Default sm_90a body: the plain (no intra-warpgroup overlap) one measured fastest at s ≥ 4096 on the
   // H200 (530 vs 510 TFLOP/s at causal s = 4096, 570 vs 495 at 16384; 2026-11-29).
-  if (path == MhaFastPath::Auto) path = is_v3 && wgmma_available() ? MhaFastPath::WgmmaNoOverlap : MhaFastPath::Mma;
+  if (path == MhaFastPath::Auto)
+    path = is_v3 && wgmma_available() ? MhaFastPath::WgmmaNoOverlap : MhaFastPath::Mma;
   if (is_v3 && path != MhaFastPath::Mma) {
     switch (path) {
       case MhaFastPath::WgmmaNoOverlap: launch_wgmma<false, false>(p); return;
@@ -731,7 +636,8 @@ void mha_attention_fast_path(const MhaParams& p, MhaFastPath path) {
       default: launch_wgmma<true, false>(p); return;
     }
   }
-  dispatch_dims(p.qk_dim, p.v_dim, [&](auto a, auto b) { launch_mma<decltype(a)::value, decltype(b)::value>(p); });
+  dispatch_dims(p.qk_dim, p.v_dim,
+                [&](auto a, auto b) { launch_mma<decltype(a)::value, decltype(b)::value>(p); });
 }
 
 void mha_attention_fast(const MhaParams& p) { mha_attention_fast_path(p, MhaFastPath::Auto); }

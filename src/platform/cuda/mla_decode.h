@@ -1,5 +1,7 @@
 // Fast MLA decode attention (absorbed, paged latent cache) for bf16 queries on Hopper (sm_90a).
-// Split-KV tensor-core kernel + LSE combine; graph-capturable (no host sync, no allocation).
+// Split-KV tensor-core kernels + LSE combine; graph-capturable (no host sync, no allocation).
+// The host side (mla_decode.cpp) picks the kernel and the split count; the kernels are
+// mla_decode_wide.cu, mla_decode_narrow.cu and mla_decode_combine.cu.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,14 +25,17 @@ size_t mla_fast_workspace_bytes(int32_t total_q, int32_t num_heads, int32_t num_
 // 1..128 heads, bf16 or f32 output, 16-byte aligned q / kv. Otherwise use the generic kernel.
 bool mla_fast_supports(const MlaParams& p);
 
-// q [T, H, 576] bf16 · kv rows [slots, 576] (bf16 | fp8 × kv_scale) → o [T, H, 512], lse [T, H].
-void mla_attention_fast(const MlaParams& p);
+// Launch choices for tests and benchmarks; the default is the production dispatch.
+struct MlaDecodeTuning {
+  int32_t force_splits = 0;   // > 0: this KV split count (clamped to the workspace); 0: heuristic
+  bool use_mma_sync = false;  // the 64-row kernel with mma.sync (ldmatrix) products, not wgmma
+  // Bit 3 (8): 64-row tiles even for ≤ 32 rows. Debugging aids (bf16 KV): bit 1 (2) wgmma for
+  // S only, bit 2 (4) for P·V only; bit 0 (1) swaps the V descriptor strides (a wrong layout).
+  int32_t variant = 0;
+};
 
-// Testing knobs: force_splits > 0 fixes the KV split count (clamped to the workspace); use_mma_sync
-// runs the mma.sync (ldmatrix) variant instead of wgmma; variant selects experimental code paths
-// (0 = production). Not thread-safe; tests and benchmarks only.
-void mla_fast_set_debug(int32_t force_splits, bool use_mma_sync, int32_t variant = 0);
-// Split count of the last mla_attention_fast call (tests and benchmarks).
-int32_t mla_fast_debug_last_splits();
+// q [T, H, 576] bf16 · kv rows [slots, 576] (bf16 | fp8 × kv_scale) → o [T, H, 512], lse [T, H].
+// Returns the KV split count it launched (1: no combine; 0: nothing to do).
+int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeTuning& tuning = {});
 
 }  // namespace mla::cuda

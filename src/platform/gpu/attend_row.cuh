@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "platform/gpu/elem.cuh"
+#include "platform/gpu/softmax_state.cuh"
 
 namespace mla::gpu::attend {
 
@@ -55,7 +56,7 @@ __device__ void attend_row(const Keys& keys, const float* q /*smem [qk]*/, int64
                            float* scores /*smem [kThreads]*/, float* red) {
   float acc[kMaxAcc];
   for (int a = 0; a < kMaxAcc; ++a) acc[a] = 0.f;
-  float m = -INFINITY, l = 0.f;
+  SoftmaxState st;  // over the scores so far
   for (int64_t j0 = 0; j0 < visible; j0 += kThreads) {
     const int64_t j = j0 + threadIdx.x;
     float s = -INFINITY;
@@ -65,14 +66,13 @@ __device__ void attend_row(const Keys& keys, const float* q /*smem [qk]*/, int64
       s = d * scale;
     }
     const float cm = block_reduce(s, true, red);
-    const float mn = fmaxf(m, cm);
+    const float mn = fmaxf(st.m, cm);
     const float p = j < visible ? expf(s - mn) : 0.f;
     __syncthreads();
     scores[threadIdx.x] = p;
     const float ps = block_reduce(p, false, red);
-    const float alpha = m == -INFINITY ? 0.f : expf(m - mn);
-    l = l * alpha + ps;
-    m = mn;
+    const float alpha = st.rescale(mn);
+    st.l += ps;
     const int64_t n = visible - j0 < kThreads ? visible - j0 : kThreads;
     for (int a = 0; a < kMaxAcc; ++a) {
       const int64_t d = threadIdx.x + int64_t(a) * kThreads;
@@ -86,9 +86,9 @@ __device__ void attend_row(const Keys& keys, const float* q /*smem [qk]*/, int64
   for (int a = 0; a < kMaxAcc; ++a) {
     const int64_t d = threadIdx.x + int64_t(a) * kThreads;
     if (d >= dv) break;
-    store_elem(o, oe, o_off + size_t(d), visible > 0 ? acc[a] / l : 0.f);
+    store_elem(o, oe, o_off + size_t(d), visible > 0 ? acc[a] / st.l : 0.f);
   }
-  if (threadIdx.x == 0) *lse_out = visible > 0 ? m + logf(l) : -INFINITY;
+  if (threadIdx.x == 0) *lse_out = visible > 0 ? st.lse() : -INFINITY;
 }
 
 __device__ __forceinline__ bool query_of(const DeviceSegments& seg, int64_t& t, int64_t& visible, int64_t& k0) {

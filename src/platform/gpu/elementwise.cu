@@ -7,6 +7,7 @@
 #include "platform/gpu/elementwise.h"
 #include "platform/gpu/norm.cuh"
 #include "platform/gpu/rope.cuh"
+#include "platform/gpu/softmax_state.cuh"
 
 namespace mla::gpu {
 namespace {
@@ -113,15 +114,14 @@ __global__ void merge_k(void* o, Elem e, float* lse, const void* ob, const float
   const int64_t r = blockIdx.x;
   const float sa = lse[r], sb = lseb[r];
   if (sb == -INFINITY) return;  // an empty part is the identity
-  const float m = fmaxf(sa, sb);
-  const float wa = sa == -INFINITY ? 0.f : expf(sa - m), wb = expf(sb - m), ws = wa + wb;
+  const LseMerge w = lse_merge(sa, sb);
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     const size_t i = size_t(r * d + c);
     const float a = sa == -INFINITY ? 0.f : load_elem(o, e, i);
-    store_elem(o, e, i, (wa * a + wb * load_elem(ob, e, i)) / ws);
+    store_elem(o, e, i, (w.wa * a + w.wb * load_elem(ob, e, i)) / w.sum);
   }
   __syncthreads();
-  if (threadIdx.x == 0) lse[r] = m + logf(ws);
+  if (threadIdx.x == 0) lse[r] = w.lse;
 }
 
 __global__ void cache_write_k(const void* rows, Elem re, void* pool, Elem pe, const int32_t* slots,

@@ -1,4 +1,5 @@
-// The CUDA benchmark: measures its own ceilings (device copy bandwidth, a large cuBLAS bf16 GEMM)
+// bench/gpu/bench.h — the CUDA benchmark behind `mla bench` (library mla_bench_gpu, linked by the
+// CLI when CUDA is on): measures its own ceilings (device copy bandwidth, a large cuBLAS bf16 GEMM)
 // in the same process, then times MLA decode, MHA prefill and whole layers on DeepSeek-V3 shapes.
 #pragma once
 #include <string>

@@ -1,6 +1,6 @@
-// The CUDA benchmark (see bench.h). Times kernels alone with CUDA events: warm-up, then the median
+// bench/gpu/bench.cpp — the body of `mla bench` (see bench.h). Times kernels alone with CUDA events: warm-up, then the median
 // of `runs`, rotating input buffers so every run reads more than the L2 holds.
-#include "platform/cuda/bench.h"
+#include "bench/gpu/bench.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

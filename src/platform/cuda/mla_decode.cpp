@@ -1,0 +1,145 @@
+// mla_decode.cpp — the host side of the fast MLA decode (mla_decode.h): what it supports, the
+// workspace it needs, and the launch plan: the kernel (narrow swap-AB for ≤ 32 packed rows per
+// request, else wide 64-row tiles) and the KV split count, then the kernels and the combine.
+//
+// Rows: the (token, head) pairs of one request, packed (row = token·H + head), so speculative
+// tokens and small head counts share a tile. kv_scale (any row dtype) is folded into the softmax
+// scale and the output scale. Split-KV: each (row tile, split) CTA writes f32 partial o + natural-log
+// LSE to the workspace; the combine merges them.
+#include "platform/cuda/mla_decode.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "platform/cuda/mla_decode_launch.h"
+
+namespace mla::cuda {
+namespace {
+
+using namespace mla_decode;
+
+int device_sms() {
+  static int cache[64] = {};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 64) return 132;
+  if (cache[dev] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+    cache[dev] = n;
+  }
+  return cache[dev];
+}
+
+// Splits a workspace for `rows` query rows must hold: a split run never puts more than 2·SMs CTAs
+// (of ≥ rows/64 row tiles) on the grid.
+int64_t ws_split_cap(int64_t rows, int num_sms) {
+  if (rows <= 0) return 1;
+  return std::clamp<int64_t>((2 * int64_t(num_sms) * kRows + rows - 1) / rows, 1, kMaxSplits);
+}
+
+// Split count: fewest waves × (tiles per split + fixed cost) over the candidates the workspace allows.
+int choose_splits(int64_t units, int nk, int num_sms, int64_t cap) {
+  if (nk <= 1 || cap <= 1) return 1;
+  auto cost = [&](int64_t s) {
+    const int64_t waves = (units * s + num_sms - 1) / num_sms;
+    return double(waves) * (double((nk + s - 1) / s) + 2.0) + (s > 1 ? 1.0 : 0.0);
+  };
+  int best = 1;
+  double best_cost = cost(1);
+  const int64_t smax = std::min<int64_t>({int64_t(nk), cap, kMaxSplits});
+  for (int64_t s = 2; s <= smax && units * s <= 2 * int64_t(num_sms); ++s) {
+    const double c = cost(s);
+    if (c < best_cost - 1e-9) {
+      best_cost = c;
+      best = int(s);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+size_t mla_fast_workspace_bytes(int32_t total_q, int32_t num_heads, int32_t num_sms) {
+  const int64_t rows = int64_t(total_q) * num_heads;
+  const int64_t cap = ws_split_cap(rows, num_sms > 0 ? num_sms : 132);
+  if (cap <= 1) return 0;
+  return size_t(cap) * size_t(rows) * (kDv + 1) * sizeof(float);
+}
+
+bool mla_fast_supports(const MlaParams& p) {
+  auto aligned = [](const void* ptr, uintptr_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; };
+  if (p.q_elem != Elem::BF16) return false;
+  if (p.kv_elem != Elem::BF16 && p.kv_elem != Elem::FP8_E4M3FN) return false;
+  if (p.o_elem != Elem::BF16 && p.o_elem != Elem::F32) return false;
+  if (p.head_dim != kD || p.v_dim != kDv) return false;
+  if (p.num_heads < 1 || p.num_heads > 128) return false;
+  if (!p.q || !p.kv || !p.o || !p.kv_slots) return false;
+  if (!aligned(p.q, 16) || !aligned(p.kv, 16) || !aligned(p.o, 16)) return false;
+  if (p.seg.num_requests > 65535) return false;
+  if (int64_t(p.seg.max_q_len) * p.num_heads > int64_t(kRows) * 65535) return false;
+  return true;
+}
+
+int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeTuning& tuning) {
+  const DeviceSegments& sg = p.seg;
+  if (sg.num_requests <= 0 || sg.total_q <= 0) return 0;
+  const int H = p.num_heads;
+  const int64_t rows_total = int64_t(sg.total_q) * H;
+  const int64_t max_rows = int64_t(sg.max_q_len) * H;  // packed rows of the largest request
+  // ≤ 32 rows: swap-AB kernel with an N = 8/16/32 row tile; else 64-row tiles (variants: tuning).
+  const bool narrow = !tuning.use_mma_sync && (tuning.variant & 14) == 0 && max_rows <= 32;
+  const int tile_rows = !narrow ? kRows : max_rows <= 8 ? 8 : max_rows <= 16 ? 16 : 32;
+  const int row_tiles = int((max_rows + tile_rows - 1) / tile_rows);
+  if (row_tiles <= 0) return 0;
+  const int nk = (std::max(sg.max_k_len, 0) + kKeys - 1) / kKeys;
+  const int64_t units = int64_t(sg.num_requests) * row_tiles;
+  const int num_sms = device_sms();
+  const size_t per_split = size_t(rows_total) * (kDv + 1) * sizeof(float);
+  const int64_t cap = p.ws.ptr ? std::min<int64_t>(kMaxSplits, int64_t(p.ws.bytes / per_split)) : 1;
+  int splits = tuning.force_splits > 0
+                   ? int(std::clamp<int64_t>(tuning.force_splits, 1, std::max<int64_t>(cap, 1)))
+                   : choose_splits(units, nk, num_sms, cap);
+  if (splits < 1) splits = 1;
+
+  const bool fp8 = p.kv_elem == Elem::FP8_E4M3FN;
+  KParams kp{};
+  kp.q = static_cast<const __nv_bfloat16*>(p.q);
+  kp.kv = static_cast<const uint8_t*>(p.kv);
+  kp.slots = p.kv_slots;
+  kp.q_start = sg.q_start;
+  kp.q_len = sg.q_len;
+  kp.k_start = sg.k_start;
+  kp.k_len = sg.k_len;
+  kp.H = H;
+  kp.causal = sg.causal ? 1 : 0;
+  kp.splits = splits;
+  kp.rows_total = int(rows_total);
+  // The pool scale applies to every row dtype.
+  kp.scale_log2 = p.softmax_scale * p.kv_scale * 1.4426950408889634f;
+  kp.out_scale = p.kv_scale;
+  kp.o = p.o;
+  kp.o_f32 = p.o_elem == Elem::F32 ? 1 : 0;
+  kp.lse = p.lse;
+  kp.ws_o = splits > 1 ? static_cast<float*>(p.ws.ptr) : nullptr;
+  kp.ws_lse = splits > 1 ? kp.ws_o + size_t(splits) * rows_total * kDv : nullptr;
+  kp.v_lbo = (tuning.variant & 1) ? 1024u : uint32_t(kChunkBytes);  // bit 0: roles swapped (debug)
+  kp.v_sbo = (tuning.variant & 1) ? uint32_t(kChunkBytes) : 1024u;
+
+  const dim3 grid(row_tiles, splits, sg.num_requests);
+  if (narrow) {
+    launch_narrow(kp, grid, p.stream, tile_rows, fp8);
+  } else {
+    const WideProducts products = tuning.use_mma_sync    ? WideProducts::kMmaSync
+                                  : (tuning.variant & 2) ? WideProducts::kWgmmaSMmaPV
+                                  : (tuning.variant & 4) ? WideProducts::kMmaSWgmmaPV
+                                                         : WideProducts::kWgmma;
+    launch_wide(kp, grid, p.stream, fp8, products);
+  }
+  if (splits > 1) launch_combine(kp, p.stream);
+  return splits;
+}
+
+}  // namespace mla::cuda

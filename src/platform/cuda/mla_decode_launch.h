@@ -1,0 +1,56 @@
+// mla_decode_launch.h — what the host side of the MLA decode (mla_decode.cpp) hands its kernels:
+// the tile constants, the kernel parameters and one launcher per kernel family
+// (mla_decode_wide.cu, mla_decode_narrow.cu, mla_decode_combine.cu). Internal to the CUDA platform.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mla::cuda::mla_decode {
+
+constexpr int kD = 576;                      // latent row: kv_lora_rank 512 + rope 64
+constexpr int kDv = 512;                     // values: the first kDv columns of the row
+constexpr int kRows = 64;                    // query rows per CTA of the wide kernel
+constexpr int kKeys = 64;                    // keys per KV tile
+constexpr int kChunkBytes = 64 * 128;        // [64 rows][64 cols] bf16, 128B swizzle atom column
+constexpr int kTileBytes = 9 * kChunkBytes;  // [64 rows][576] bf16 = 73728
+constexpr int kRawBytes = kKeys * kD;        // [64 keys][576] fp8 = 36864
+constexpr int kMaxSplits = 128;
+
+struct KParams {
+  const __nv_bfloat16* q;  // [T, H, 576]
+  const uint8_t* kv;       // [slots, 576] bf16 | fp8
+  const int32_t* slots;
+  const int32_t* q_start;
+  const int32_t* q_len;
+  const int32_t* k_start;
+  const int32_t* k_len;
+  int H;
+  int causal;
+  int splits;
+  int rows_total;     // T·H
+  float scale_log2;   // softmax_scale (× kv_scale for fp8) × log2(e)
+  float out_scale;    // kv_scale for fp8, else 1
+  void* o;            // [T, H, 512]
+  int o_f32;
+  float* lse;         // [T, H] or null
+  float* ws_o;        // [splits, T·H, 512] f32 (splits > 1)
+  float* ws_lse;      // [splits, T·H]
+  uint32_t v_lbo;     // V (MN-major) descriptor: bytes between 64-column blocks
+  uint32_t v_sbo;     //                          bytes between 8-key groups
+};
+
+// The products of the wide (64-row) kernel: wgmma for both (production), mma.sync for both (the
+// reference path), or one of each (bf16 KV only; debugging aids).
+enum class WideProducts { kWgmma, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV };
+
+// grid (row tiles, splits, requests); each launcher sets its kernel's shared-memory limit once per
+// device.
+void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products);
+// tile_rows: 8, 16 or 32.
+void launch_narrow(const KParams& kp, dim3 grid, cudaStream_t stream, int tile_rows, bool fp8);
+// Merges the kp.splits partial results of the workspace into kp.o / kp.lse.
+void launch_combine(const KParams& kp, cudaStream_t stream);
+
+}  // namespace mla::cuda::mla_decode

@@ -1,0 +1,272 @@
+// mla_decode_narrow.cu — the narrow MLA decode kernel (sm_90a): requests of at most 32 packed
+// (token, head) rows (e.g. 16 heads × 1–2 tokens). The rows go in the N dimension of the products
+// (swap-AB, granularity 8), so no tensor work is spent on padding to 64 rows:
+//   Sᵀ[64 keys][N] = K · Qᵀ      (wgmma m64nNk16; A = K tile, B = Q, both K-major)
+//   Oᵀ[512][N]    += Vᵀ · Pᵀ     (8 × wgmma m64nNk16; A = the same K tile read MN-major, B = Pᵀ)
+// One warpgroup per CTA; the same KV tiles (mla_decode_tile.cuh), masking and split scheme as the
+// wide kernel (mla_decode_wide.cu).
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "platform/cuda/mla_decode_launch.h"
+#include "platform/cuda/mla_decode_tile.cuh"
+#include "platform/cuda/sm90.cuh"
+
+namespace mla::cuda::mla_decode {
+namespace {
+
+using namespace sm90;
+
+// D[64×N] (+)= A[64×16] · B[16×N] for the row tile N = 8, 16 or 32; kTransA: A is MN-major.
+template <int N, int kTransA>
+__device__ __forceinline__ void wgmma_narrow(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
+  if constexpr (N == 8) wgmma_m64n8k16_ss<kTransA, 0>(d, da, db, scale_d);
+  else if constexpr (N == 16) wgmma_m64n16k16_ss<kTransA, 0>(d, da, db, scale_d);
+  else wgmma_m64n32k16_ss<kTransA, 0>(d, da, db, scale_d);
+}
+
+// The row reductions over the tile's 64 keys, in two steps around a barrier: stage_rows reduces
+// v[j][c] (this thread's value for its rows 8j + 2(lane & 3) + c) over the 8 lanes of the warp that
+// share lane & 3 (the key dimension of the swap-AB fragments) and writes the warp's value of each
+// row to red ([4 warps][N] f32); after a __syncthreads, row_total folds the 4 warps' values of one
+// row into `init`. Max when kMax, else sum.
+template <bool kMax, int N>
+__device__ __forceinline__ void stage_rows(float (&v)[N / 8][2], uint32_t red, int wi, int lane) {
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      float x = v[j][c];
+#pragma unroll
+      for (int d = 4; d < 32; d <<= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, x, d);
+        x = kMax ? fmaxf(x, u) : x + u;
+      }
+      v[j][c] = x;
+      if (lane < 4) st_shared_f32(red + (wi * N + 8 * j + 2 * lane + c) * 4, x);
+    }
+}
+template <bool kMax, int N>
+__device__ __forceinline__ float row_total(float init, uint32_t red, int row) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const float u = ld_shared_f32(red + (w * N + row) * 4);
+    init = kMax ? fmaxf(init, u) : init + u;
+  }
+  return init;
+}
+
+// grid (row tiles, splits, requests), 128 threads, NarrowSmem<N>::kBytes dynamic smem.
+constexpr int kNarrowThreads = 128;
+template <int N>
+struct NarrowSmem {
+  static constexpr int kQ = 0;                       // Q [9][N rows][64] bf16, swizzled
+  static constexpr int kKV = 9 * N * 128;            // as the wide kernel's KV area
+  static constexpr int kP = kKV + 2 * kTileBytes;    // Pᵀ [N rows][64 keys] bf16, swizzled
+  static constexpr int kRed = kP + N * 128;          // f32 [4 warps][N] max, [4][N] sum
+  static constexpr int kBytes = kRed + 2 * 4 * N * 4 + 1024;
+};
+
+template <int N, bool kFp8>
+__global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KParams p) {
+  using L = NarrowSmem<N>;
+  constexpr int J = N / 8;  // 8-row groups
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sQ = sbase + L::kQ;
+  const uint32_t sKV = sbase + L::kKV;     // bf16: [2 stages][64 keys][576]; fp8: [64][576] + raw
+  const uint32_t sRaw = sKV + kTileBytes;  // fp8 only: [2 stages][64 keys][576] e4m3
+  const uint32_t sP = sbase + L::kP;
+  const uint32_t sMax = sbase + L::kRed;   // [4 warps][N] f32
+  const uint32_t sSum = sMax + 4 * N * 4;  // [4 warps][N] f32
+
+  const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31;
+  const int split = blockIdx.y, H = p.H;
+  CtaWork cw;
+  if (!cta_work(p, N, cw)) return;
+  const auto [q_len, rows, row0, k_len, q_start, slots, t_begin, t_end] = cw;
+
+  // This thread's rows 8j + 2(lane&3) + c and their key limits; its keys 16wi + lane/4 + {0, 8}.
+  int lim[J][2];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int qi = (row0 + 8 * j + 2 * (lane & 3) + c) / H;
+      lim[j][c] = p.causal ? min(k_len, k_len - q_len + qi + 1) : k_len;
+    }
+  // Oᵀ block b: o[b][4j+e] = O[row 8j + 2(lane&3) + (e&1)][dim 64b + 16wi + lane/4 + 8(e>>1)]
+  float o[8][N / 2];
+#pragma unroll
+  for (int b = 0; b < 8; ++b)
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) o[b][i] = 0.f;
+  float m_run[J][2], l_run[J][2];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      m_run[j][c] = -INFINITY;
+      l_run[j][c] = 0.f;
+    }
+
+  KvTile<kNarrowThreads, kFp8> tile{p.kv, slots, k_len, sKV, sRaw, tid};
+  int sl[KvTile<kNarrowThreads, kFp8>::kPasses];  // slots of this thread's keys of the next tile
+
+  if (t_begin < t_end) {
+    {  // Q rows (zero past the request)
+      const __nv_bfloat16* qbase = p.q + (size_t(q_start) * H + row0) * kD;
+      const int sub = tid & 7;
+      for (int row = tid >> 3; row < N; row += 16) {
+        const bool valid = row0 + row < rows;
+        const __nv_bfloat16* src = valid ? qbase + size_t(row) * kD + sub * 8 : p.q;
+#pragma unroll
+        for (int i = 0; i < 9; ++i)
+          cp_async(sQ + i * (N * 128) + swz128(row, sub), valid ? src + i * 64 : p.q, valid);
+      }
+    }
+    tile.start(t_begin, t_end, sl);
+
+    for (int t = t_begin; t < t_end; ++t) {
+      const int stage = (t - t_begin) & 1;
+      const bool more = t + 2 < t_end;
+      if (more) tile.fetch(t + 2, sl);
+      const uint32_t kv_tile = tile.wait(stage, more, sl);
+
+      // ---- Sᵀ[64 keys][N rows] = K · Qᵀ
+      float s[N / 2];
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) s[i] = 0.f;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 36; ++kk) {
+        const uint32_t ka = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
+        const uint32_t qb = (kk >> 2) * (N * 128) + (kk & 3) * 32;
+        wgmma_narrow<N, 0>(s, sw128_desc(kv_tile + ka, 16, 1024), sw128_desc(sQ + qb, 16, 1024),
+                           kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(s);
+
+      // ---- online softmax over the key (M) dimension: in-thread pair, lanes (xor 4/8/16), warps (smem)
+      const int kb = t * kKeys + 16 * wi + (lane >> 2);
+      float mx[J][2];
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float v0 = kb < lim[j][c] ? s[4 * j + c] * p.scale_log2 : -INFINITY;
+          const float v1 = kb + 8 < lim[j][c] ? s[4 * j + 2 + c] * p.scale_log2 : -INFINITY;
+          s[4 * j + c] = v0;
+          s[4 * j + 2 + c] = v1;
+          mx[j][c] = fmaxf(v0, v1);
+        }
+      stage_rows<true, N>(mx, sMax, wi, lane);
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int row = 8 * j + 2 * (lane & 3) + c;
+          const float m_new = fmaxf(m_run[j][c], row_total<true, N>(mx[j][c], sMax, row));
+          const float base = m_new == -INFINITY ? 0.f : m_new;
+          const float alpha = ex2(m_run[j][c] - base);
+          m_run[j][c] = m_new;
+          const float p0 = ex2(s[4 * j + c] - base);
+          const float p1 = ex2(s[4 * j + 2 + c] - base);
+          l_run[j][c] = l_run[j][c] * alpha + p0 + p1;
+          // Pᵀ[row][key]: keys 16wi + lane/4 (chunk 2wi) and + 8 (chunk 2wi + 1)
+          st_shared_u16(sP + swz128(row, 2 * wi) + (lane >> 2) * 2, bf16_bits(p0));
+          st_shared_u16(sP + swz128(row, 2 * wi + 1) + (lane >> 2) * 2, bf16_bits(p1));
+#pragma unroll
+          for (int b = 0; b < 8; ++b) {
+            o[b][4 * j + c] *= alpha;
+            o[b][4 * j + 2 + c] *= alpha;
+          }
+        }
+      fence_proxy_async();
+      __syncthreads();
+
+      // ---- Oᵀ[64b + (0..63)][N] += Vᵀ · Pᵀ, b = 0..7
+      wgmma_fence();
+#pragma unroll
+      for (int b = 0; b < 8; ++b)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_narrow<N, 1>(o[b], sw128_desc(kv_tile + b * kChunkBytes + kk * 2048, p.v_lbo, p.v_sbo),
+                             sw128_desc(sP + kk * 32, 16, 1024), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int b = 0; b < 8; ++b) reg_fence(o[b]);
+      __syncthreads();  // stage, Pᵀ and the row maxima may be overwritten now
+      tile.release(stage, more, sl);
+    }
+  }
+
+  // ---- epilogue
+  stage_rows<false, N>(l_run, sSum, wi, lane);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int row = 8 * j + 2 * (lane & 3) + c;
+      const int prow = row0 + row;
+      if (prow >= rows) continue;
+      const float l = row_total<false, N>(0.f, sSum, row);  // over all keys
+      const float inv = l > 0.f ? p.out_scale / l : 0.f;
+      const float lse = l > 0.f ? (m_run[j][c] + log2f(l)) * 0.69314718055994531f : -INFINITY;
+      const size_t grow = size_t(q_start) * H + prow;
+      const bool write_lse = wi == 0 && (lane >> 2) == 0;
+      const int d0 = 16 * wi + (lane >> 2);
+      if (p.splits == 1) {
+        if (p.o_f32) {
+          float* orow = static_cast<float*>(p.o) + grow * kDv + d0;
+#pragma unroll
+          for (int b = 0; b < 8; ++b) {
+            orow[64 * b] = o[b][4 * j + c] * inv;
+            orow[64 * b + 8] = o[b][4 * j + 2 + c] * inv;
+          }
+        } else {
+          __nv_bfloat16* orow = static_cast<__nv_bfloat16*>(p.o) + grow * kDv + d0;
+#pragma unroll
+          for (int b = 0; b < 8; ++b) {
+            orow[64 * b] = __float2bfloat16_rn(o[b][4 * j + c] * inv);
+            orow[64 * b + 8] = __float2bfloat16_rn(o[b][4 * j + 2 + c] * inv);
+          }
+        }
+        if (write_lse && p.lse) p.lse[grow] = lse;
+      } else {
+        const size_t prow_ws = size_t(split) * p.rows_total + grow;
+        float* orow = p.ws_o + prow_ws * kDv + d0;
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+          orow[64 * b] = o[b][4 * j + c] * inv;
+          orow[64 * b + 8] = o[b][4 * j + 2 + c] * inv;
+        }
+        if (write_lse) p.ws_lse[prow_ws] = lse;
+      }
+    }
+}
+
+template <int N, bool kFp8>
+void launch(const KParams& kp, dim3 grid, cudaStream_t stream) {
+  auto* fn = mla_narrow_kernel<N, kFp8>;
+  static bool smem_set[64] = {};
+  set_smem_limit_once(fn, NarrowSmem<N>::kBytes, smem_set);
+  fn<<<grid, kNarrowThreads, NarrowSmem<N>::kBytes, stream>>>(kp);
+}
+
+}  // namespace
+
+void launch_narrow(const KParams& kp, dim3 grid, cudaStream_t stream, int tile_rows, bool fp8) {
+  if (tile_rows == 8) fp8 ? launch<8, true>(kp, grid, stream) : launch<8, false>(kp, grid, stream);
+  else if (tile_rows == 16) fp8 ? launch<16, true>(kp, grid, stream) : launch<16, false>(kp, grid, stream);
+  else fp8 ? launch<32, true>(kp, grid, stream) : launch<32, false>(kp, grid, stream);
+}
+
+}  // namespace mla::cuda::mla_decode

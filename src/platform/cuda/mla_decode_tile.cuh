@@ -1,0 +1,171 @@
+// mla_decode_tile.cuh — the KV tile pipeline both MLA decode kernels share (wide: 256 threads,
+// narrow: 128): keys stream in tiles of 64, gathered row by row through kv_slots with cp.async into
+// 128-byte-swizzled shared memory (keys past k_len are zero-filled, never read). bf16 rows land in
+// the swizzled stage directly; fp8 rows land raw in a staging buffer and are widened to bf16 in
+// shared memory (exact), so the products read bf16 either way.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "platform/cuda/mla_decode_launch.h"
+#include "platform/cuda/sm90.cuh"
+
+namespace mla::cuda::mla_decode {
+
+// What one CTA of a decode kernel covers (grid: row tile x, split y, request z): the request's
+// packed (token, head) rows, this tile's first row, and its KV tiles [t_begin, t_end).
+struct CtaWork {
+  int q_len, rows, row0, k_len, q_start;
+  const int32_t* slots;  // the request's slot table
+  int t_begin, t_end;
+};
+// false when the row tile (of tile_rows rows) lies past the request.
+__device__ __forceinline__ bool cta_work(const KParams& p, int tile_rows, CtaWork& w) {
+  const int rt = blockIdx.x, split = blockIdx.y, r = blockIdx.z;
+  w.q_len = p.q_len[r];
+  w.rows = w.q_len * p.H;
+  w.row0 = rt * tile_rows;
+  if (w.row0 >= w.rows) return false;
+  w.k_len = p.k_len[r];
+  w.q_start = p.q_start[r];
+  w.slots = p.slots + p.k_start[r];
+  const int nk = (w.k_len + kKeys - 1) / kKeys;
+  const int tps = (nk + p.splits - 1) / p.splits;
+  w.t_begin = min(nk, split * tps);
+  w.t_end = min(nk, w.t_begin + tps);
+  return true;
+}
+
+// One thread's share of the double-buffered KV tile pipeline, kThreads threads per CTA:
+//   bf16: 8 threads per key, thread tid takes 16-byte chunk tid & 7 of each of the 9 128-byte column
+//         chunks of keys tid/8 + kKeyStep·h → the swizzled stage, directly;
+//   fp8:  4 threads per key, chunk tid & 3 of each of the 9 64-byte columns → the raw stage, then
+//         widened into the one bf16 tile at sKV.
+// Per tile t: wait(stage, more) → the bf16 tile's address; the math; release(stage, more). The
+// slots of tile t + 2 (fetch) are read during tile t's math; its copies go out as soon as its stage
+// is free (fp8: once converted, in wait; bf16: after the math, in release). The slots live in the
+// caller's array `slot`, not in the struct: an array member keeps the whole struct out of registers
+// until the loops are unrolled, and the PTX then recomputes the stage addresses on every tile.
+template <int kThreads, bool kFp8>
+struct KvTile {
+  static constexpr int kShift = kFp8 ? 2 : 3;           // log2(threads per key)
+  static constexpr int kKeyStep = kThreads >> kShift;  // keys per pass
+  static constexpr int kPasses = kKeys / kKeyStep;
+
+  const uint8_t* kv;      // the pool's rows
+  const int32_t* slots;   // the request's slot table
+  int k_len;              // its keys
+  uint32_t sKV;           // bf16: [2 stages][64 keys][576]; fp8: [64][576]
+  uint32_t sRaw;          // fp8 only: [2 stages][64 keys][576] e4m3
+  int tid;
+
+  // Reads the slots of this thread's keys of tile t.
+  __device__ __forceinline__ void fetch(int t, int (&slot)[kPasses]) const {
+#pragma unroll
+    for (int h = 0; h < kPasses; ++h) {
+      const int kidx = t * kKeys + (tid >> kShift) + kKeyStep * h;
+      slot[h] = kidx < k_len ? __ldg(slots + kidx) : -1;
+    }
+  }
+  // Issues the async copies of the fetched tile into `stage`.
+  __device__ __forceinline__ void load(int stage, const int (&slot)[kPasses]) const {
+    if constexpr (kFp8) {
+      const int sub = tid & 3;
+#pragma unroll
+      for (int h = 0; h < kPasses; ++h) {
+        const int key = (tid >> 2) + kKeyStep * h;
+        const bool valid = slot[h] >= 0;
+        const uint8_t* src = valid ? kv + size_t(slot[h]) * kD + sub * 16 : kv;
+        const uint32_t dst = sRaw + stage * kRawBytes + key * kD + sub * 16;
+#pragma unroll
+        for (int i = 0; i < 9; ++i) sm90::cp_async(dst + i * 64, valid ? src + i * 64 : kv, valid);
+      }
+    } else {
+      const int sub = tid & 7;
+#pragma unroll
+      for (int h = 0; h < kPasses; ++h) {
+        const int key = (tid >> 3) + kKeyStep * h;
+        const bool valid = slot[h] >= 0;
+        const uint8_t* src = valid ? kv + size_t(slot[h]) * (kD * 2) + sub * 16 : kv;
+        const uint32_t dst = sKV + stage * kTileBytes + sm90::swz128(key, sub);
+#pragma unroll
+        for (int i = 0; i < 9; ++i)
+          sm90::cp_async(dst + i * kChunkBytes, valid ? src + i * 128 : kv, valid);
+      }
+    }
+  }
+  // fp8 only: raw stage → the bf16 swizzled tile (dims 64i + 16sub + [0, 16) of each key).
+  __device__ __forceinline__ void convert(int stage) const {
+    const int sub = tid & 3;
+#pragma unroll
+    for (int h = 0; h < kPasses; ++h) {
+      const int key = (tid >> 2) + kKeyStep * h;
+      const uint32_t src = sRaw + stage * kRawBytes + key * kD + sub * 16;
+#pragma unroll
+      for (int i = 0; i < 9; ++i) {
+        const uint4 v = sm90::ld_shared_v4(src + i * 64);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        uint32_t b[8];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          b[2 * k] = sm90::fp8x2_to_bf16x2(w[k] & 0xffffu);
+          b[2 * k + 1] = sm90::fp8x2_to_bf16x2(w[k] >> 16);
+        }
+        const uint32_t dst = sKV + i * kChunkBytes;
+        sm90::st_shared_v4(dst + sm90::swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
+        sm90::st_shared_v4(dst + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
+      }
+    }
+  }
+  // The prologue: the first two tiles of [t_begin, t_end) in flight, one commit group each (the
+  // first also holds whatever the caller issued before, e.g. Q).
+  __device__ __forceinline__ void start(int t_begin, int t_end, int (&slot)[kPasses]) const {
+    fetch(t_begin, slot);
+    load(0, slot);
+    sm90::cp_async_commit();
+    if (t_begin + 1 < t_end) {
+      fetch(t_begin + 1, slot);
+      load(1, slot);
+    }
+    sm90::cp_async_commit();
+  }
+  // Waits for `stage` (the next stage's copies stay in flight) and returns the shared-memory address
+  // of its bf16 tile; fp8 widens it first and reissues the stage for the fetched tile when `more`.
+  __device__ __forceinline__ uint32_t wait(int stage, bool more, const int (&slot)[kPasses]) const {
+    sm90::cp_async_wait<1>();
+    sm90::fence_proxy_async();
+    __syncthreads();
+    if constexpr (kFp8) {
+      convert(stage);
+      sm90::fence_proxy_async();
+      __syncthreads();
+      if (more) load(stage, slot);
+      sm90::cp_async_commit();
+      return sKV;
+    } else {
+      return sKV + stage * kTileBytes;
+    }
+  }
+  // After the tile's math (and a barrier): bf16 reissues the stage for the fetched tile when `more`.
+  __device__ __forceinline__ void release(int stage, bool more, const int (&slot)[kPasses]) const {
+    if constexpr (!kFp8) {
+      if (more) load(stage, slot);
+      sm90::cp_async_commit();
+    }
+  }
+};
+
+// Raises a kernel's dynamic shared-memory limit to `bytes` once per device; `done` is the caller's
+// (one static array per kernel).
+template <typename Kernel>
+void set_smem_limit_once(Kernel* kernel, int bytes, bool (&done)[64]) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 64 || !done[dev]) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (dev >= 0 && dev < 64) done[dev] = true;
+  }
+}
+
+}  // namespace mla::cuda::mla_decode

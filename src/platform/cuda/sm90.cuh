@@ -1,0 +1,251 @@
+// sm90.cuh — the Hopper (sm_90a) primitives of the CUDA tensor-core kernels: PTX wrappers for
+// cp.async, mbarriers and the TMA bulk tensor copy, shared-memory access, ldmatrix / mma.sync,
+// wgmma (fence, commit, wait, the register fence, descriptors, the products) and the bf16 / fp8
+// conversions. One definition of each, shared by mla_decode_*.cu and mha_prefill.cu; device code
+// only (include from .cu files built for sm_90a).
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace mla::cuda::sm90 {
+
+// ---- addresses and conversions ---------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 2^x, approximate (ex2.approx.ftz): the softmax exponent in log2 units.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// Two floats → packed bf16x2, `lo` in the low half (the lower column of an mma fragment).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+__device__ __forceinline__ uint16_t bf16_bits(float x) {
+  const __nv_bfloat16 h = __float2bfloat16_rn(x);
+  return *reinterpret_cast<const uint16_t*>(&h);
+}
+// Two e4m3fn codes (low 16 bits) → two bf16 (exact: every e4m3 value is a bf16 value).
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  const float2 f = __half22float2(__half2(hr));
+  return pack_bf16(f.x, f.y);
+}
+
+// ---- cp.async -------------------------------------------------------------------------------
+// BYTES-byte async copy global → shared; valid = false zero-fills the destination, reads nothing.
+template <int BYTES = 16>
+__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? BYTES : 0;
+  if constexpr (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- barriers and fences --------------------------------------------------------------------
+// Generic-proxy shared-memory writes → visible to wgmma / TMA (async proxy) after the next barrier.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void named_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+// Moves this warpgroup's register budget (setmaxnreg; needs a register cap at kernel entry).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- mbarriers and TMA ----------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+// Makes the mbarrier initializations visible to the async proxy and the cluster.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int phase) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(phase)
+        : "memory");
+  } while (!done);
+}
+// One box of a 3-D tensor map into shared memory, completing on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// ---- shared memory --------------------------------------------------------------------------
+__device__ __forceinline__ void st_shared_u16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+// Byte offset of 16-byte column chunk x (0..7) of row `row` inside a 128B-swizzled [rows][64 bf16]
+// atom column (the layout of TMA / wgmma SWIZZLE_128B: chunk index XOR row mod 8).
+__device__ __forceinline__ uint32_t swz128(int row, int x) {
+  return uint32_t(row * 128 + ((x ^ (row & 7)) << 4));
+}
+
+// ---- ldmatrix / mma.sync --------------------------------------------------------------------
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// c[4] += a[16x16] · b[16x8] (bf16 in, f32 accumulate).
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- wgmma ----------------------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator registers around wgmma issue / wait (the compiler must not move their reads or
+// writes across it).
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// Shared-memory matrix descriptor, 128-byte swizzle; address and strides in bytes.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+
+// The products. wgmma_m64nNk16_ss<kTransA, kTransB>(d, da, db, scale_d): D[64×N] (+)= A[64×16] ·
+// B[16×N], A and B from shared memory (descriptors); kTransA / kTransB = 1: that operand is MN-major
+// (else K-major); scale_d = 0 overwrites D. D is the warpgroup's f32 accumulator fragment, N / 2
+// registers per thread: asm operands %0 .. %(N/2 − 1), then da, db, scale_d, kTransA, kTransB.
+#define MLA_WG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define MLA_WG_D16(i) MLA_WG_D4(i), MLA_WG_D4(i + 4), MLA_WG_D4(i + 8), MLA_WG_D4(i + 12)
+#define MLA_WG_D64(i) MLA_WG_D16(i), MLA_WG_D16(i + 16), MLA_WG_D16(i + 32), MLA_WG_D16(i + 48)
+#define MLA_WG_R4 "%0, %1, %2, %3"
+#define MLA_WG_R8 MLA_WG_R4 ", %4, %5, %6, %7"
+#define MLA_WG_R16 MLA_WG_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define MLA_WG_R64                                                                                 \
+  MLA_WG_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+             "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "     \
+             "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MLA_WG_R128                                                                                \
+  MLA_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "  \
+             "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "     \
+             "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, "     \
+             "%110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, " \
+             "%124, %125, %126, %127"
+// N columns; R: D's registers; A, B, S, TA, TB: the operand numbers of da, db, scale_d, kTransA,
+// kTransB; then D's operands.
+#define MLA_WG_SS(N, R, A, B, S, TA, TB, ...)                                                       \
+  template <int kTransA, int kTransB>                                                              \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_ss(float (&d)[N / 2], uint64_t da, uint64_t db, \
+                                                        int scale_d) {                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                   \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" R "}, "              \
+                 "%" #A ", %" #B ", p, 1, 1, %" #TA ", %" #TB ";\n}\n"                              \
+                 : __VA_ARGS__                                                                     \
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(kTransA), "n"(kTransB));                    \
+  }
+MLA_WG_SS(8, MLA_WG_R4, 4, 5, 6, 7, 8, MLA_WG_D4(0))
+MLA_WG_SS(16, MLA_WG_R8, 8, 9, 10, 11, 12, MLA_WG_D4(0), MLA_WG_D4(4))
+MLA_WG_SS(32, MLA_WG_R16, 16, 17, 18, 19, 20, MLA_WG_D16(0))
+MLA_WG_SS(128, MLA_WG_R64, 64, 65, 66, 67, 68, MLA_WG_D64(0))
+MLA_WG_SS(256, MLA_WG_R128, 128, 129, 130, 131, 132, MLA_WG_D64(0), MLA_WG_D64(64))
+
+// D[64×128] += A[64×16] · B[16×128], A from registers (the mma.m16n8k16 A fragment of each warp),
+// B from shared memory (MN-major when kTransB).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" MLA_WG_R64 "}, "
+               "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+               : MLA_WG_D64(0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(kTransB));
+}
+
+#undef MLA_WG_SS
+#undef MLA_WG_R128
+#undef MLA_WG_R64
+#undef MLA_WG_R16
+#undef MLA_WG_R8
+#undef MLA_WG_R4
+#undef MLA_WG_D64
+#undef MLA_WG_D16
+#undef MLA_WG_D4
+
+}  // namespace mla::cuda::sm90
