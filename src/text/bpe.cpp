@@ -50,6 +50,8 @@ void parse_bpe(const nlohmann::json& m, Bpe& bpe) {
     bpe.vocab[it.key()] = id;
     max_id = std::max<int64_t>(max_id, id);
   }
+  if (max_id >= int64_t(vocab.size()) * 16 + 65536)
+    fail("tokenizer.json: model.vocab: ids up to {} for {} tokens are not supported (too sparse)", max_id, vocab.size());
   bpe.vocab_r.assign(size_t(max_id + 1), std::string());
   std::vector<bool> seen(size_t(max_id + 1), false);
   for (const auto& [tok, id] : bpe.vocab) {

@@ -47,6 +47,7 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::shared_ptr<const TokenizerImpl> impl) : impl_(std::move(impl)) {}
+  static Tokenizer from_json_unchecked(const std::string& tokenizer_json, const std::string& tokenizer_config_json);
   std::shared_ptr<const TokenizerImpl> impl_;
 };
 
