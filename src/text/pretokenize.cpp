@@ -142,7 +142,7 @@ Regex::Regex(const std::string& pattern, const std::string& field) {
   OnigErrorInfo info;
   const auto* p = reinterpret_cast<const OnigUChar*>(pattern.data());
   const int r = onig_new(&re, p, p + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8,
-                         ONIG_SYNTAX_RUBY, &info);
+                         ONIG_SYNTAX_ONIGURUMA, &info);
   if (r != ONIG_NORMAL) {
     OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
     onig_error_code_to_str(msg, r, &info);

@@ -26,7 +26,8 @@ size_t utf8_lossy(std::string_view bytes, bool final, std::string& out);
 bool is_unicode_whitespace(char32_t c);  // Rust's char::is_whitespace / regex \s
 bool is_word_char(char32_t c);           // Rust regex \w (Unicode)
 
-// ---- Regex (Oniguruma, UTF-8, Ruby syntax: what HF tokenizers uses) ----
+// ---- Regex (Oniguruma, UTF-8, its default syntax ONIG_SYNTAX_ONIGURUMA: what HF tokenizers
+// compiles its patterns with, through the onig crate's Regex::new) ----
 class Regex {
  public:
   explicit Regex(const std::string& pattern, const std::string& field);
