@@ -543,12 +543,12 @@ bool Tokenizer::is_special(int32_t id) const {
 
 // ---- StreamDecoder ----
 
-StreamDecoder::StreamDecoder(const Tokenizer& t, bool skip_special_tokens) : tok_(&t), skip_(skip_special_tokens) {}
+StreamDecoder::StreamDecoder(const Tokenizer& t, bool skip_special_tokens) : tok_(t), skip_(skip_special_tokens) {}
 
 std::string StreamDecoder::push(int32_t id) {
-  std::string b = tok_->token_bytes(id, skip_);
-  if (skip_ && tok_->impl().skipped_in_decode(id)) return {};
-  if (tok_->impl().decoder == DecoderKind::None && !first_) pending_ += ' ';
+  std::string b = tok_.token_bytes(id, skip_);
+  if (skip_ && tok_.impl().skipped_in_decode(id)) return {};
+  if (tok_.impl().decoder == DecoderKind::None && !first_) pending_ += ' ';
   first_ = false;
   pending_ += b;
   std::string out;

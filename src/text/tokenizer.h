@@ -60,7 +60,7 @@ class StreamDecoder {
   std::string flush();           // whatever remains (invalid trailing bytes as U+FFFD, as HF does)
 
  private:
-  const Tokenizer* tok_;
+  Tokenizer tok_;  // shares the loaded tokenizer: the decoder may outlive the Tokenizer it was given
   bool skip_;
   std::string pending_;  // bytes not yet emitted (an incomplete UTF-8 sequence)
   bool first_ = true;    // no text emitted yet (decoders that strip a leading space act here)
