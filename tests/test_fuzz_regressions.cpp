@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../fuzz/fuzz_checks.h"
+#include "../fuzz/fuzz_text_checks.h"
 #include "mla/tensor.h"
 
 namespace mla {
@@ -63,6 +64,14 @@ TEST(FuzzCorpus, ConfigSeedsParseOrFailCleanly) {
 
 TEST(FuzzCorpus, CliSeedsParseOrFailCleanly) {
   EXPECT_GE(replay("fuzz_cli_ids", fuzz::cli_text), 5);
+}
+
+TEST(FuzzCorpus, TokenizerJsonSeedsLoadOrFailCleanly) {
+  EXPECT_GE(replay("fuzz_tokenizer_json", fuzz::tokenizer_json), 5);
+}
+
+TEST(FuzzCorpus, TokenizerTextSeedsEncodeOrFailCleanly) {
+  EXPECT_GE(replay("fuzz_tokenizer_encode", fuzz::tokenizer_encode), 5);
 }
 
 // ---- one test per bug ----------------------------------------------------------------------

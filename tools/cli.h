@@ -27,5 +27,7 @@ void add_logits_command(CLI::App& app, int& rc);
 void add_generate_command(CLI::App& app, int& rc);
 void add_inspect_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
+void add_tokenize_command(CLI::App& app, int& rc);
+void add_detokenize_command(CLI::App& app, int& rc);
 
 }  // namespace mla::cli
