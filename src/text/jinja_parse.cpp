@@ -219,12 +219,12 @@ class Lexer {
   size_t lex_tag(size_t m, size_t q, bool block) {
     tokens_.push_back({block ? Tok::BlockBegin : Tok::VarBegin, "", 0, 0, at(m)});
     const size_t n = src_.size();
-    int depth = 0;  // open brackets: no end marker is recognised inside them
+    std::string depth;  // the open brackets: no end marker is recognised inside them
     size_t k = q;
     while (true) {
       while (k < n && ascii_space(src_[k])) ++k;
       if (k >= n) fail("{}: unclosed tag (no '{}')", where(m), block ? "%}" : "}}");
-      if (depth == 0) {
+      if (depth.empty()) {
         const char* close = block ? "%}" : "}}";
         if (src_[k] == '-' && src_.compare(k + 1, 2, close) == 0) {
           tokens_.push_back({block ? Tok::BlockEnd : Tok::VarEnd, "", 0, 0, at(k)});
@@ -254,7 +254,7 @@ class Lexer {
     return k;
   }
 
-  size_t lex_one(size_t k, int& depth) {
+  size_t lex_one(size_t k, std::string& depth) {
     const size_t n = src_.size();
     const char c = src_[k];
     const Pos pos = at(k);
@@ -303,10 +303,11 @@ class Lexer {
         return k + 2;
       }
     if (std::strchr("+-*/%~<>=()[]{},.:|", c) && c != 0) {
-      if (c == '(' || c == '[' || c == '{') ++depth;
+      if (c == '(' || c == '[' || c == '{') depth += c == '(' ? ')' : c == '[' ? ']' : '}';
       if (c == ')' || c == ']' || c == '}') {
-        if (depth == 0) fail("{}:{}: unexpected '{}'", pos.line, pos.col, c);
-        --depth;
+        if (depth.empty()) fail("{}:{}: unexpected '{}'", pos.line, pos.col, c);
+        if (depth.back() != c) fail("{}:{}: unexpected '{}', expected '{}'", pos.line, pos.col, c, depth.back());
+        depth.pop_back();
       }
       tokens_.push_back({Tok::Op, std::string(1, c), 0, 0, pos});
       return k + 1;
