@@ -7,6 +7,8 @@ the text, or the error when the template raises.
     python3 scripts/template_fixtures.py              # transformers (the authority)
     python3 scripts/template_fixtures.py --jinja-only # jinja2 configured as transformers configures it
                                                       # (for iterating where transformers is missing)
+    ... --cli-only        # only (re)write tests/data/text/cli/ from template_expected.json: the
+                          # messages/tools files and the exact stdout of `mla chat-template` on them
     ... --tokenizer DIR   # also the ids of each deepseek_v3.jinja rendering, from DIR/tokenizer.json
                           # through PreTrainedTokenizerFast.encode(text, add_special_tokens=False)
 """
@@ -58,12 +60,43 @@ def jinja_renderer(source):
     return render
 
 
+CLI_CASES = ["system_user", "two_calls_consecutive_results", "unicode", "reasoning_in_content", "tool_call_with_content"]
+
+
+def write_cli_cases():
+    """Inputs and expected stdout for tests/cli_chat_template.sh, from the transformers renderings of
+    deepseek_v3.jinja (text, and ids when recorded): `<name>.txt` is the plain output, `<name>.out.json`
+    the --json line as the CLI writes it (compact JSON, UTF-8 kept)."""
+    expected = json.load(open(os.path.join(DATA, "template_expected.json"), encoding="utf-8"))
+    conversations = {c["name"]: c for c in json.load(open(os.path.join(DATA, "conversations.json"), encoding="utf-8"))}
+    out = os.path.join(DATA, "cli")
+    os.makedirs(out, exist_ok=True)
+    for case in expected["cases"]:
+        if case["template"] != "deepseek_v3.jinja" or case["conversation"] not in CLI_CASES:
+            continue
+        name, c = case["conversation"], conversations[case["conversation"]]
+        json.dump(c["messages"], open(os.path.join(out, name + ".messages.json"), "w", encoding="utf-8"), ensure_ascii=False)
+        if c.get("tools") is not None:
+            json.dump(c["tools"], open(os.path.join(out, name + ".tools.json"), "w", encoding="utf-8"), ensure_ascii=False)
+        with open(os.path.join(out, name + ".txt"), "w", encoding="utf-8", newline="") as f:
+            f.write(case["text"])
+        if "ids" in case:
+            with open(os.path.join(out, name + ".out.json"), "w", encoding="utf-8", newline="") as f:
+                f.write(json.dumps({"text": case["text"], "ids": case["ids"]}, ensure_ascii=False, separators=(",", ":")) + "\n")
+        with open(os.path.join(out, name + ".args"), "w") as f:
+            f.write(("--add-generation-prompt" if c["add_generation_prompt"] else "") + "\n")
+    print("cli cases -> %s" % os.path.relpath(out, ROOT))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jinja-only", action="store_true")
     ap.add_argument("--out", default=os.path.join(DATA, "template_expected.json"))
     ap.add_argument("--tokenizer", help="folder with DeepSeek-V3's tokenizer.json: record ids of the V3 renderings")
+    ap.add_argument("--cli-only", action="store_true")
     args = ap.parse_args()
+    if args.cli_only:
+        return write_cli_cases()
     if args.jinja_only:
         import jinja2
         renderer_of, who = jinja_renderer, "jinja2 %s (transformers' environment replicated)" % jinja2.__version__
@@ -98,6 +131,8 @@ def main():
         f.write("\n")
     n_err = sum("error" in c for c in cases)
     print("%s: %d cases (%d errors) -> %s" % (who, len(cases), n_err, os.path.relpath(args.out, ROOT)))
+    if args.out == os.path.join(DATA, "template_expected.json"):
+        write_cli_cases()
 
 
 if __name__ == "__main__":
