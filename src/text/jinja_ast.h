@@ -74,5 +74,7 @@ struct Program {
 // The filters and tests the evaluator knows (the parser refuses others, as jinja2 does).
 bool is_known_filter(std::string_view name);
 bool is_known_test(std::string_view name);
+// An error message on one line: "\n" and "\r" written as escapes.
+std::string one_line(const std::string& s);
 
 }  // namespace mla::text::jinja

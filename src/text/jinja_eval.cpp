@@ -13,13 +13,16 @@
 namespace mla::text::jinja {
 namespace {
 
-constexpr size_t kMaxText = size_t(256) << 20;  // the longest string or output the interpreter makes
-constexpr size_t kMaxItems = size_t(1) << 24;   // the longest list (range, repetition)
+constexpr size_t kMaxText = size_t(64) << 20;  // the longest string or output the interpreter makes
+constexpr size_t kMaxItems = size_t(1) << 20;  // the longest list (range, repetition)
+constexpr int64_t kMaxSteps = 10'000'000;      // statements run plus loop iterations, per render
 constexpr int kMaxCallDepth = 100;               // macro recursion
 
 [[noreturn]] void fail_at(Pos p, const std::string& what) { fail("{}:{}: {}", p.line, p.col, what); }
 
 // An error message as one line (raise_exception's text may hold newlines).
+}  // namespace
+
 std::string one_line(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -29,6 +32,8 @@ std::string one_line(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 [[noreturn]] void fail_undefined(Pos p, const Value& v) {
   fail_at(p, v.s.empty() ? std::string("undefined value") : v.s);
@@ -765,6 +770,7 @@ class Interp {
 
   Flow exec(const Body& body, Scope& sc, std::string& out) {
     for (const NodePtr& n : body) {
+      step(n->pos);
       const Flow f = exec_node(*n, sc, out);
       if (f != Flow::Normal) return f;
     }
@@ -774,6 +780,24 @@ class Interp {
  private:
   Scope& root_;
   int call_depth_ = 0;
+  int64_t steps_ = 0;
+
+  void step(Pos p) {
+    if (++steps_ > kMaxSteps)
+      fail_at(p, fmt::format("the template ran more than the interpreter's limit of {} steps", kMaxSteps));
+  }
+
+  // Namespaces are the only mutable values: one may not hold another (no cycles).
+  static bool holds_namespace(const Value& v) {
+    if (v.kind == Kind::Namespace) return true;
+    if (v.kind == Kind::List)
+      for (const Value& x : *v.list)
+        if (holds_namespace(x)) return true;
+    if (v.kind == Kind::Dict)
+      for (const auto& [k, x] : v.dict->items)
+        if (holds_namespace(x)) return true;
+    return false;
+  }
 
   static void emit(std::string& out, const std::string& s, Pos p) {
     out += s;
@@ -806,7 +830,10 @@ class Interp {
         if (!obj || obj->kind != Kind::Namespace)
           fail_at(n.pos, fmt::format("cannot assign attribute '{}' on {}: not a namespace object", n.targets[1],
                                      obj ? type_name(*obj) : "an undefined name '" + n.targets[0] + "'"));
-        obj->dict->set(n.targets[1], eval(*n.expr, sc));
+        Value v = eval(*n.expr, sc);
+        if (holds_namespace(v))
+          fail_at(n.pos, fmt::format("storing a namespace in a namespace attribute ('{}') is not supported", n.targets[1]));
+        obj->dict->set(n.targets[1], std::move(v));
         return Flow::Normal;
       }
       case NodeType::SetBlock: {
@@ -870,6 +897,7 @@ class Interp {
     if (items.empty()) return exec(n.else_body, sc, out);
     const int64_t len = int64_t(items.size());
     for (int64_t k = 0; k < len; ++k) {
+      step(n.pos);
       Scope it{{}, &sc};
       assign(it, n, items[size_t(k)]);
       auto loop = std::make_shared<DictData>();
@@ -1327,6 +1355,7 @@ void add_globals(Scope& root) {
       for (const auto& [k, v] : x.dict->items) ns.dict->set(k, v);
     }
     for (const auto& [k, v] : a.kw) ns.dict->set(k, v);
+    ns.depth = Value::make_dict(ns.dict).depth;  // its nesting, counted as a dict's
     return ns;
   });
   root.vars["dict"] = Value::callable("dict", [](CallArgs& a) {
@@ -1336,7 +1365,7 @@ void add_globals(Scope& root) {
       for (const auto& [k, v] : x.dict->items) d.dict->set(k, v);
     }
     for (const auto& [k, v] : a.kw) d.dict->set(k, v);
-    return d;
+    return Value::make_dict(d.dict);  // its depth counted
   });
   root.vars["raise_exception"] = Value::callable("raise_exception", [](CallArgs& a) -> Value {
     const std::string msg = a.pos.empty() ? std::string() : py_str(a.pos[0]);
@@ -1387,7 +1416,11 @@ std::string Template::render(const nlohmann::ordered_json& context) const {
   Scope top{{}, &root};  // the template's own variables ({% set %} at top level) shadow the context
   Interp in(top);
   std::string out;
-  in.exec(program_->body, top, out);
+  try {
+    in.exec(program_->body, top, out);
+  } catch (const Error& e) {  // messages quote template values: kept to one line
+    throw Error(one_line(e.what()));
+  }
   return out;
 }
 

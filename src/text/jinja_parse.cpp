@@ -997,9 +997,13 @@ class Parser {
 }  // namespace
 
 Template Template::parse(std::string_view source) {
-  std::vector<Token> tokens = Lexer(source).run();
-  auto program = std::make_shared<Program>(Parser(std::move(tokens)).run());
-  return Template(std::move(program));
+  try {
+    std::vector<Token> tokens = Lexer(source).run();
+    auto program = std::make_shared<Program>(Parser(std::move(tokens)).run());
+    return Template(std::move(program));
+  } catch (const Error& e) {
+    throw Error(one_line(e.what()));
+  }
 }
 
 }  // namespace mla::text::jinja

@@ -27,9 +27,17 @@ void DictData::set(const std::string& key, Value v) {
   items.emplace_back(key, std::move(v));
 }
 
+static int nested_depth(int child) {
+  if (child + 1 > kMaxNesting) fail("values nested more than {} levels deep are not supported", kMaxNesting);
+  return child + 1;
+}
+
 Value Value::make_list(ValueList items, bool tuple) {
   Value v;
   v.kind = Kind::List;
+  int d = 0;
+  for (const Value& x : items) d = std::max(d, x.depth);
+  v.depth = nested_depth(d);
   v.list = std::make_shared<ValueList>(std::move(items));
   v.tuple = tuple;
   return v;
@@ -39,6 +47,9 @@ Value Value::make_dict(std::shared_ptr<DictData> d) {
   Value v;
   v.kind = Kind::Dict;
   v.dict = d ? std::move(d) : std::make_shared<DictData>();
+  int depth = 0;
+  for (const auto& [k, x] : v.dict->items) depth = std::max(depth, x.depth);
+  v.depth = nested_depth(depth);
   return v;
 }
 
@@ -46,6 +57,7 @@ Value Value::make_namespace() {
   Value v;
   v.kind = Kind::Namespace;
   v.dict = std::make_shared<DictData>();
+  v.depth = 1;
   return v;
 }
 
@@ -56,32 +68,35 @@ Value Value::callable(std::string name, std::function<Value(CallArgs&)> fn) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+static Value from_json_at(const nlohmann::ordered_json& j, int level) {
+  if (level > kMaxNesting) fail("values nested more than {} levels deep are not supported", kMaxNesting);
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return boolean(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
       if (u > uint64_t(INT64_MAX)) fail("integer {} is too large for the template interpreter", u);
-      return integer(int64_t(u));
+      return Value::integer(int64_t(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return real(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float: return Value::real(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
-      return make_list(std::move(items));
+      for (const auto& e : j) items.push_back(from_json_at(e, level + 1));
+      return Value::make_list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<DictData>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(it.key(), from_json(it.value()));
-      return make_dict(std::move(d));
+      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(it.key(), from_json_at(it.value(), level + 1));
+      return Value::make_dict(std::move(d));
     }
     default: fail("a JSON value of an unsupported kind (binary) in the template context");
   }
 }
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 bool Value::truthy() const {
   switch (kind) {

@@ -18,6 +18,10 @@ namespace mla::text::jinja {
 struct Value;
 using ValueList = std::vector<Value>;
 
+// Lists and dicts nest at most this deep (the recursive printers, comparisons and destructors stay
+// within the stack); deeper → mla::Error.
+inline constexpr int kMaxNesting = 512;
+
 struct DictData {
   std::vector<std::pair<std::string, Value>> items;  // insertion order, as Python's dict
   const Value* find(std::string_view key) const;
@@ -47,6 +51,7 @@ struct Value {
   const char* view = nullptr;        // List made by dict.items()/keys()/values(): "dict_items", ...
   std::shared_ptr<DictData> dict;    // Dict and Namespace
   std::shared_ptr<Callable> fn;
+  int depth = 0;                     // nesting of lists and dicts (bounded: see kMaxNesting)
 
   static Value undefined(std::string name = "") { Value v; v.s = std::move(name); return v; }
   static Value none() { Value v; v.kind = Kind::None; return v; }
