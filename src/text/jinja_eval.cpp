@@ -1348,7 +1348,7 @@ Value builtin_range(CallArgs& ca, Pos p) {
 void add_globals(Scope& root) {
   const Pos none{0, 0};
   root.vars["range"] = Value::callable("range", [none](CallArgs& a) { return builtin_range(a, none); });
-  root.vars["namespace"] = Value::callable("namespace", [none](CallArgs& a) {
+  root.vars["namespace"] = Value::callable("namespace", [](CallArgs& a) {
     Value ns = Value::make_namespace();
     for (const Value& x : a.pos) {
       if (x.kind != Kind::Dict) fail("namespace() takes a mapping as its positional argument, not {}", type_name(x));

@@ -508,7 +508,6 @@ class Parser {
   }
 
   int loop_depth_ = 0;
-  int macro_depth_ = 0;
 
   NodePtr parse_if(Pos pos) {
     auto n = make_node(NodeType::If, pos);
