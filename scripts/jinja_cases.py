@@ -110,7 +110,8 @@ CASES = [
     "{{ raise_exception('bad ' ~ n) }}", "{{ 'a' + 1 }}", "{{ undefined_thing + 1 }}", "{{ undefined_thing.attr }}", "{{ d.missing.x }}",
     "{{ 1 / 0 }}", "{{ 1 // 0 }}", "{{ undefined_thing() }}", "{{ s() }}", "{% for x in n %}{% endfor %}", "{{ 'x' in none }}",
     "{{ n < 'a' }}", "{{ z | tojson }}{{ undefined_thing | tojson }}", "{{ l.append(1) }}", "{{ d.update({}) }}",
-    "{% set n.x = 1 %}", "{{ 'abc'.split('') }}", "{{ l[1:2:0] }}", "{{ [1, 2] | first | upper }}",
+    "{% set n.x = 1 %}", "{% for x in l %}{% set loop.x = 1 %}{% endfor %}", "{% for x in l %}{{ loop }} {% endfor %}",
+    "{{ '1_000' | int }} {{ '1__0' | int }} {{ '_1' | int }} {{ '+5' | int }} {{ '-3.5' | int }}", "{{ 'abc'.split('') }}", "{{ l[1:2:0] }}", "{{ [1, 2] | first | upper }}",
 ]
 
 

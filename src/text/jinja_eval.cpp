@@ -2,6 +2,7 @@
 // scope each iteration; macros see the globals), Python's operators, jinja2's getattr/getitem and
 // Undefined, the filters, tests and globals chat templates use.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <ctime>
 #include <limits>
@@ -827,7 +828,7 @@ class Interp {
       case NodeType::Set: assign(sc, n, eval(*n.expr, sc)); return Flow::Normal;
       case NodeType::SetAttr: {
         const Value* obj = sc.find(n.targets[0]);
-        if (!obj || obj->kind != Kind::Namespace)
+        if (!obj || obj->kind != Kind::Namespace || obj->view)
           fail_at(n.pos, fmt::format("cannot assign attribute '{}' on {}: not a namespace object", n.targets[1],
                                      obj ? type_name(*obj) : "an undefined name '" + n.targets[0] + "'"));
         Value v = eval(*n.expr, sc);
@@ -918,7 +919,8 @@ class Interp {
                                  return a.pos[size_t(k) % a.pos.size()];
                                }));
       Value lv;
-      lv.kind = Kind::Namespace;  // read-only to templates: only SetAttr writes namespaces, by name
+      lv.kind = Kind::Namespace;
+      lv.view = "LoopContext";  // not a namespace to {% set loop.x = ... %}
       lv.dict = std::move(loop);
       it.vars["loop"] = std::move(lv);
       const Flow f = exec(n.body, it, out);
@@ -1170,8 +1172,17 @@ Value Interp::apply_filter(const std::string& name, const Value& v, CallArgs& ca
       return Value::integer(int64_t(v.f));
     }
     if (v.kind == Kind::String) {
-      const std::string t = py_strip(v.s, Value::none(), true, true, p);
-      if (!t.empty() && t.find('_') == std::string::npos) {
+      std::string t = py_strip(v.s, Value::none(), true, true, p);
+      if (t.find('_') != std::string::npos) {  // Python's int() takes "1_000" (one _ between digits)
+        bool ok = true;
+        for (size_t k = 0; k < t.size(); ++k)
+          if (t[k] == '_' && !(k > 0 && k + 1 < t.size() && std::isdigit(static_cast<unsigned char>(t[k - 1])) &&
+                               std::isdigit(static_cast<unsigned char>(t[k + 1]))))
+            ok = false;
+        if (!ok) return dflt;
+        t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
+      }
+      if (!t.empty()) {
         char* end = nullptr;
         errno = 0;
         if (name == "int") {

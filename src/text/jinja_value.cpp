@@ -311,6 +311,11 @@ std::string py_repr(const Value& v) {
       return out + "}";
     }
     case Kind::Namespace: {
+      if (v.view) {  // the loop object: <LoopContext index/length>
+        const Value* index = v.dict->find("index");
+        const Value* length = v.dict->find("length");
+        return fmt::format("<{} {}/{}>", v.view, index ? py_str(*index) : "?", length ? py_str(*length) : "?");
+      }
       std::string out = "<Namespace {";
       bool first = true;
       for (const auto& [k, x] : v.dict->items) {
@@ -332,7 +337,7 @@ std::string py_str(const Value& v) {
     case Kind::Int: return std::to_string(v.i);
     case Kind::Float: return py_float_repr(v.f);
     case Kind::String: return v.s;
-    case Kind::Callable: return "<function " + v.fn->name + ">";
+    case Kind::Callable: fail("printing a function ('{}') is not supported", v.fn->name);
     default: return py_repr(v);
   }
 }
