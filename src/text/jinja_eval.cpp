@@ -1062,10 +1062,10 @@ class Interp {
     while (true) {
       const size_t d = path.find('.', b);
       const std::string part = path.substr(b, d == std::string::npos ? std::string::npos : d - b);
-      Value key = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })
-                      ? Value::integer(std::stoll(part.size() > 18 ? "0" : part))
-                      : Value::string(part);
-      cur = get_item(cur, key, p);
+      const bool digits =
+          !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (digits && part.size() > 18) return Value::undefined(fmt::format("no element {}", part));  // past any list
+      cur = get_item(cur, digits ? Value::integer(std::stoll(part)) : Value::string(part), p);
       if (d == std::string::npos) return cur;
       b = d + 1;
     }
