@@ -74,6 +74,10 @@ TEST(FuzzCorpus, TokenizerTextSeedsEncodeOrFailCleanly) {
   EXPECT_GE(replay("fuzz_tokenizer_encode", fuzz::tokenizer_encode), 5);
 }
 
+TEST(FuzzCorpus, ChatTemplateSeedsParseOrFailCleanly) {
+  EXPECT_GE(replay("fuzz_chat_template", fuzz::chat_template_text), 5);
+}
+
 // ---- one test per bug ----------------------------------------------------------------------
 
 std::string error_of(const std::function<void()>& f) {

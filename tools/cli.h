@@ -29,5 +29,6 @@ void add_inspect_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
 void add_tokenize_command(CLI::App& app, int& rc);
 void add_detokenize_command(CLI::App& app, int& rc);
+void add_chat_template_command(CLI::App& app, int& rc);
 
 }  // namespace mla::cli
