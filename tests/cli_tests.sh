@@ -1,37 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of the mla CLI: results on stdout, one-line errors on stderr, exit codes.
 set -u
-MLA=${MLA:-build/bin/mla}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-# expect NAME RC STDOUT_PATTERN -- ARGS...  (pattern: grep -E on stdout; for rc != 0 on stderr,
-# which must then be exactly one line)
-expect() {
-  local name=$1 want_rc=$2 pattern=$3
-  shift 4
-  "$MLA" "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  local where="$tmp/out"
-  [ "$want_rc" -ne 0 ] && where="$tmp/err"
-  local ok=1
-  [ "$rc" -eq "$want_rc" ] || ok=0
-  grep -qE -- "$pattern" "$where" || ok=0
-  if [ "$want_rc" -ne 0 ]; then
-    [ "$(wc -l <"$tmp/err")" -eq 1 ] || ok=0
-    [ -s "$tmp/out" ] && ok=0
-  fi
-  if [ $ok -eq 1 ]; then
-    pass=$((pass + 1))
-  else
-    fail=$((fail + 1))
-    echo "FAIL $name: rc=$rc (want $want_rc), pattern '$pattern'"
-    echo "  stdout: $(head -c 400 "$tmp/out")"
-    echo "  stderr: $(head -c 400 "$tmp/err")"
-  fi
-}
+source "$(dirname "$0")/cli_lib.sh"
 
 expect version 0 '^mla [0-9]+\.[0-9]+\.[0-9]+$' -- --version
 expect help 0 'dispatch' -- --help
