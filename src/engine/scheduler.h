@@ -122,7 +122,8 @@ class Scheduler {
     int64_t begin, end;
   };
 
-  void admit();
+  void admit(int64_t budget);  // admits while the step's prefill budget lasts
+  void cache_progress(Seq& s);
   void fork_choices(Seq& parent);
   int64_t pages_to_hold(const Seq& s, int64_t tokens) const;  // more pages s needs to hold `tokens`
   int64_t chunk_end(const Seq& s) const;
