@@ -38,6 +38,7 @@ struct SchedulerOptions {
   int64_t decode_reserve = 16;  // tokens past the prompt a sequence's admission reserves
   int32_t eos_token_id = -1;    // -1: none
   int64_t max_choices = 16;     // n per request
+  int64_t cpu_threads = 0;      // Service: OpenMP threads of the scheduler thread (0: the default)
   // Called after every batch with its mode, method and new tokens (the CLI's method list).
   std::function<void(ForwardMode, ForwardMethod, int64_t)> on_batch;
 };

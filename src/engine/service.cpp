@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "engine/service_impl.h"
 #include "mla/error.h"
@@ -104,6 +105,7 @@ class ServiceImpl : public Service {
   }
 
   void loop() {
+    if (sched_.options().cpu_threads > 0) omp_set_num_threads(int(sched_.options().cpu_threads));
     for (;;) {
       std::vector<Pending> add;
       std::vector<RequestHandle> aborts;

@@ -50,7 +50,10 @@ struct GenerateRequest {
   int64_t n = 1;                // choices; they share the prompt's pages
   // Called after each sampled token of choice `index` with every token of that choice so far;
   // returns how many trailing tokens to drop from the reported output if it decides to stop
-  // (a stop string matched), or -1 to go on. Optional.
+  // (a stop string matched), or -1 to go on. Optional. Tokens are reported as they are sampled,
+  // so only the token just sampled can still be dropped: a drop reaching into tokens reported in
+  // earlier updates leaves those reported (the caller holds back text that may start a stop
+  // string). completion_tokens counts the reported tokens.
   std::function<int64_t(int64_t index, const std::vector<int32_t>& tokens)> stop_check;
 };
 
