@@ -209,7 +209,7 @@ std::unique_ptr<Service> open_service(const std::string& model_dir, const Servic
   const DType act = parse_dtype(o.dtype), kv = parse_dtype(o.kv_dtype);
   EngineOptions eo;
   eo.kv_dtype = kv;
-  eo.page_size = o.page_size;
+  eo.page_size = o.page_size > 0 ? o.page_size : p == Platform::CUDA ? 64 : 16;
   eo.max_tokens = o.kv_tokens;
   if (o.method != "auto") eo.forward.method = parse_method(o.method);
   eo.forward.dispatch.backend = o.backend;

@@ -123,7 +123,7 @@ struct ServiceOptions {
   std::string kv_dtype = "f32";  // latent KV pool: f32 | bf16 | fp8_e4m3fn
   std::string method = "auto";   // auto (the backend's handler per batch) or a method forced for all
   std::string backend;           // attention backend rules; empty: the platform's default
-  int64_t page_size = 16;        // KV pool page (the CUDA kernels take 64)
+  int64_t page_size = 0;         // KV pool page; 0: the platform's (64 on cuda, which its kernels take; 16)
   int64_t kv_tokens = 65536;     // KV pool capacity in tokens, over all requests and the cache
   int64_t token_budget = 2048;   // tokens per scheduler step
   int64_t prefill_chunk = 512;   // chunked prefill (0: a prompt in one chunk)
