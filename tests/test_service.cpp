@@ -258,5 +258,34 @@ TEST_F(ServiceTest, StopCheckTrimsAndStops) {
   svc->shutdown(true);
 }
 
+TEST_F(ServiceTest, LogprobsComeWithEveryToken) {
+  auto svc = make_service(*engine, opts());
+  std::mutex mu;
+  std::vector<int32_t> ids;
+  std::vector<TokenLogprob> lps;
+  std::promise<void> done;
+  GenerateRequest r = request(6);
+  r.params.top_logprobs = 3;
+  svc->submit(r, [&](const RequestUpdate& u) {
+    std::lock_guard lk(mu);
+    for (const auto& c : u.choices) {
+      EXPECT_EQ(c.logprobs.size(), c.new_tokens.size());
+      ids.insert(ids.end(), c.new_tokens.begin(), c.new_tokens.end());
+      lps.insert(lps.end(), c.logprobs.begin(), c.logprobs.end());
+    }
+    if (u.finished) done.set_value();
+  });
+  done.get_future().wait();
+  ASSERT_EQ(lps.size(), 6u);
+  for (size_t i = 0; i < lps.size(); ++i) {
+    EXPECT_EQ(lps[i].id, ids[i]);
+    ASSERT_EQ(lps[i].top.size(), 3u);
+    EXPECT_EQ(lps[i].top[0].first, ids[i]);  // greedy: the chosen token is the most likely
+    EXPECT_EQ(lps[i].top[0].second, lps[i].logprob);
+    EXPECT_LT(lps[i].logprob, 0);
+  }
+  svc->shutdown(true);
+}
+
 }  // namespace
 }  // namespace mla::engine
