@@ -18,6 +18,17 @@ namespace mla::cli {
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+// A text prompt through the model's own tokenizer (tokenizer.json + tokenizer_config.json in
+// `tokenizer_dir`): `prompt` encoded with the special tokens the tokenizer adds, or, when
+// `messages_file` is given, the chat template rendered for that conversation with the generation
+// prompt, encoded without special tokens (the template writes them). Bad files and invalid UTF-8
+// are usage errors; a broken tokenizer or template is an Error.
+struct TextPrompt {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+TextPrompt text_prompt(const std::string& tokenizer_dir, const std::string& prompt, const std::string& messages_file);
+
 // Each registers its subcommand; the callback runs it and returns the exit code through `rc`.
 void add_dispatch_command(CLI::App& app, int& rc);
 void add_attn_command(CLI::App& app, int& rc);

@@ -27,7 +27,34 @@ nlohmann::ordered_json read_json_file(const std::string& path, const char* optio
   }
 }
 
+// A messages file: a JSON array of objects, else a UsageError.
+nlohmann::ordered_json read_messages(const std::string& path) {
+  const nlohmann::ordered_json messages = read_json_file(path, "--messages-file");
+  if (!messages.is_array()) throw UsageError("--messages-file: expected a JSON array of messages");
+  for (size_t k = 0; k < messages.size(); ++k)
+    if (!messages[k].is_object()) throw UsageError(fmt::format("--messages-file: message {} is not a JSON object", k));
+  return messages;
+}
+
 }  // namespace
+
+TextPrompt text_prompt(const std::string& tokenizer_dir, const std::string& prompt, const std::string& messages_file) {
+  const text::Tokenizer tok = text::Tokenizer::load(tokenizer_dir);
+  TextPrompt p;
+  if (!messages_file.empty()) {
+    const nlohmann::ordered_json messages = read_messages(messages_file);
+    p.text = text::ChatTemplate::load(tokenizer_dir).render(messages, /*add_generation_prompt=*/true, nullptr);
+    p.ids = tok.encode(p.text, /*add_special_tokens=*/false);
+  } else {
+    p.text = prompt;
+    try {
+      p.ids = tok.encode(p.text, /*add_special_tokens=*/true);
+    } catch (const Error& e) {  // invalid UTF-8: a bad command-line value
+      throw UsageError(fmt::format("--prompt: {}", e.what()));
+    }
+  }
+  return p;
+}
 
 void add_chat_template_command(CLI::App& app, int& rc) {
   struct Opts {
@@ -43,10 +70,7 @@ void add_chat_template_command(CLI::App& app, int& rc) {
   sub->add_option("--tools-file", o->tools_file, "JSON array of tool definitions");
   sub->add_flag("--json", o->json, "{\"text\": ..., \"ids\": [...]} on stdout");
   sub->callback([o, &rc] {
-    const nlohmann::ordered_json messages = read_json_file(o->messages_file, "--messages-file");
-    if (!messages.is_array()) throw UsageError("--messages-file: expected a JSON array of messages");
-    for (size_t k = 0; k < messages.size(); ++k)
-      if (!messages[k].is_object()) throw UsageError(fmt::format("--messages-file: message {} is not a JSON object", k));
+    const nlohmann::ordered_json messages = read_messages(o->messages_file);
     nlohmann::ordered_json tools = nullptr;
     if (!o->tools_file.empty()) {
       tools = read_json_file(o->tools_file, "--tools-file");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -12,9 +13,11 @@
 #include "mla/compare.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "engine/service.h"
 #include "mla/error.h"
 #include "mla/platform_ops.h"
 #include "mla/safetensors.h"
+#include "text/tokenizer.h"
 
 namespace mla::cli {
 namespace {
@@ -106,9 +109,10 @@ struct Generation {
 };
 
 Generation generate_one(Engine& engine, const std::vector<int32_t>& prompt, const engine::SamplingParams& params,
-                        int64_t prefill_chunk, bool keep_logits) {
+                        int64_t prefill_chunk, bool keep_logits, int32_t eos_token_id = -1) {
   Generation g;
   engine::SchedulerOptions so;
+  so.eos_token_id = eos_token_id;
   so.prefill_chunk = prefill_chunk;
   so.token_budget = std::max<int64_t>(int64_t(prompt.size()), 1);
   so.prefix_cache = false;
@@ -187,8 +191,9 @@ void add_logits_command(CLI::App& app, int& rc) {
 
 void add_generate_command(CLI::App& app, int& rc) {
   struct Opts : RunOpts {
-    std::string ids, prompt_file;
+    std::string ids, prompt_file, prompt, messages_file, tokenizer;
     int64_t max_new = 16, prefill_chunk = 0;
+    bool ignore_eos = false;
     double temperature = 0, top_p = 1.0, min_p = 0;
     int64_t top_k = 0;
     uint64_t seed = 0;
@@ -199,7 +204,14 @@ void add_generate_command(CLI::App& app, int& rc) {
   o->add(sub);
   auto* ids_opt = sub->add_option("--ids", o->ids, "prompt token ids, e.g. 5,17,42");
   auto* file_opt = sub->add_option("--prompt-file", o->prompt_file, "a file of prompt ids (commas or whitespace)");
-  ids_opt->excludes(file_opt);
+  auto* text_opt = sub->add_option("--prompt", o->prompt, "a text prompt, through the model's tokenizer");
+  auto* msgs_opt = sub->add_option("--messages-file", o->messages_file,
+                                   "a JSON array of chat messages, through the model's chat template");
+  sub->add_option("--tokenizer", o->tokenizer, "folder of tokenizer.json + tokenizer_config.json (default: --model)");
+  sub->add_flag("--ignore-eos", o->ignore_eos, "text prompts: go on past the model's eos token");
+  ids_opt->excludes(file_opt)->excludes(text_opt)->excludes(msgs_opt);
+  file_opt->excludes(text_opt)->excludes(msgs_opt);
+  text_opt->excludes(msgs_opt);
   sub->add_option("--max-new-tokens", o->max_new, "tokens to generate")->capture_default_str();
   sub->add_option("--temperature", o->temperature, "sampling temperature (default: greedy)");
   sub->add_option("--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
@@ -210,15 +222,26 @@ void add_generate_command(CLI::App& app, int& rc) {
   sub->add_flag("--json", o->json, "{\"ids\": [...], \"methods\": [...], \"tokens_per_s\": ...} on stdout");
   sub->callback([o, &rc] {
     o->parse();
-    if (o->ids.empty() == o->prompt_file.empty()) throw UsageError("give the prompt with --ids or --prompt-file");
-    std::vector<int64_t> prompt = o->ids.empty() ? read_prompt_file(o->prompt_file) : parse_int_list(o->ids, "--ids");
-    if (prompt.empty()) throw UsageError("--ids: no token ids given");
+    const bool text_mode = !o->prompt.empty() || !o->messages_file.empty();
+    if (!text_mode && o->ids.empty() == o->prompt_file.empty())
+      throw UsageError("give the prompt with --ids, --prompt-file, --prompt or --messages-file");
+    std::optional<text::Tokenizer> tok;
+    std::vector<int64_t> prompt;
+    if (text_mode) {
+      const std::string dir = o->tokenizer.empty() ? o->model : o->tokenizer;
+      const TextPrompt tp = text_prompt(dir, o->prompt, o->messages_file);
+      tok = text::Tokenizer::load(dir);
+      prompt.assign(tp.ids.begin(), tp.ids.end());
+    } else {
+      prompt = o->ids.empty() ? read_prompt_file(o->prompt_file) : parse_int_list(o->ids, "--ids");
+    }
+    if (prompt.empty()) throw UsageError("the prompt has no tokens");
     if (o->max_new < 0) throw UsageError("--max-new-tokens must be >= 0");
     if (o->temperature < 0 || !(o->top_p > 0 && o->top_p <= 1)) throw UsageError("--temperature must be >= 0 and --top-p in (0, 1]");
     if (o->top_k < 0 || !(o->min_p >= 0 && o->min_p <= 1)) throw UsageError("--top-k must be >= 0 and --min-p in [0, 1]");
     if (o->prefill_chunk < 0) throw UsageError("--prefill-chunk must be >= 0");
     Session s = open_session(*o, int64_t(prompt.size()) + o->max_new);
-    check_ids(prompt, s.lm.config, "--ids");
+    check_ids(prompt, s.lm.config, text_mode ? "the tokenized prompt" : "--ids");
     std::vector<int32_t> out;
     std::vector<ForwardMethod> methods;
     double t_prefill = 0, t_decode = 0;
@@ -234,8 +257,10 @@ void add_generate_command(CLI::App& app, int& rc) {
       sp.min_p = o->min_p;
       sp.seed = o->seed;
       sp.max_tokens = o->max_new;
-      sp.ignore_eos = true;
-      Generation g = generate_one(*s.engine, to_i32(prompt), sp, o->prefill_chunk, false);
+      // Token-id prompts generate exactly --max-new-tokens; text prompts stop at the model's eos.
+      sp.ignore_eos = !text_mode || o->ignore_eos;
+      Generation g = generate_one(*s.engine, to_i32(prompt), sp, o->prefill_chunk, false,
+                                  text_mode ? engine::read_eos_token_id(o->model) : -1);
       out = std::move(g.ids);
       methods = std::move(g.methods);
       t_prefill = g.ttft;
@@ -246,11 +271,18 @@ void add_generate_command(CLI::App& app, int& rc) {
                  t_prefill, long(std::max<int64_t>(o->max_new - 1, 0)), t_decode, tps);
     if (o->json) {
       nlohmann::ordered_json j;
+      if (tok) {
+        j["prompt_ids"] = prompt;
+        j["text"] = tok->decode(out, /*skip_special_tokens=*/false);
+      }
       j["ids"] = out;
       j["methods"] = nlohmann::json::array();
       for (ForwardMethod m : methods) j["methods"].push_back(method_name(m));
       j["tokens_per_s"] = tps;
       std::printf("%s\n", j.dump().c_str());
+    } else if (tok) {
+      const std::string text = tok->decode(out, /*skip_special_tokens=*/false);
+      std::printf("%s\n", text.c_str());
     } else {
       std::string line;
       for (size_t i = 0; i < out.size(); ++i) line += (i ? "," : "") + std::to_string(out[i]);

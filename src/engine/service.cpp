@@ -184,8 +184,9 @@ class OwningService : public Service {
   std::unique_ptr<Service> inner_;
 };
 
-// eos_token_id of generation_config.json, else config.json (an id or a list: the first); -1: none.
-int32_t read_eos(const std::string& dir) {
+}  // namespace
+
+int32_t read_eos_token_id(const std::string& dir) {
   for (const char* f : {"/generation_config.json", "/config.json"}) {
     std::ifstream in(dir + f);
     if (!in) continue;
@@ -197,8 +198,6 @@ int32_t read_eos(const std::string& dir) {
   }
   return -1;
 }
-
-}  // namespace
 
 std::unique_ptr<Service> make_service(Engine& engine, const SchedulerOptions& opt) {
   return std::make_unique<ServiceImpl>(engine, opt);
@@ -221,7 +220,7 @@ std::unique_ptr<Service> open_service(const std::string& model_dir, const Servic
   so.max_queue = o.max_queue;
   so.prefix_cache = o.prefix_cache;
   so.policy = parse_policy(o.policy);
-  so.eos_token_id = read_eos(model_dir);
+  so.eos_token_id = read_eos_token_id(model_dir);
   std::unique_ptr<Ops> ops = make_ops(p, act);
   LoadedModel lm = load_model(model_dir, *ops);
   if (so.eos_token_id >= lm.config.vocab_size) so.eos_token_id = -1;

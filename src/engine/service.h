@@ -137,4 +137,8 @@ struct ServiceOptions {
 // config.json) and starts the scheduler thread. Throws Error (one line) for a bad option or model.
 std::unique_ptr<Service> open_service(const std::string& model_dir, const ServiceOptions& opt);
 
+// eos_token_id of the model folder's generation_config.json, else config.json (an id or a list:
+// the first); -1 when neither names one.
+int32_t read_eos_token_id(const std::string& model_dir);
+
 }  // namespace mla::engine
