@@ -1,5 +1,7 @@
 // mla/reference.h — the float64 judge: the attention layer computed straight from its definition
-// (decompress every key, plain softmax), with no method, no cache and no platform.
+// (decompress every key, plain softmax), with no method, no cache and no platform. It derives the
+// RoPE frequencies, the YaRN scaling, the softmax scale, the pair layout and the cache's rounding
+// itself from the HF config fields (docs/hf_conventions.md), sharing no numeric code with the engine.
 #pragma once
 #include <vector>
 
@@ -15,12 +17,16 @@ struct ReferenceResult {
   std::vector<double> new_rows;  // [T, kv_row_dim]: the latent rows the new tokens cache
 };
 
-// How the cache stores a row: attention sees (and new_rows holds) every latent row rounded to
-// `dtype` after dividing by `scale`, times `scale` — what a pool of that dtype gives back. F64
-// (the default) leaves rows exact.
+// How the cache stores a row: a row read back from a pool of `dtype` is the row divided by `scale`,
+// rounded to `dtype` (nearest even; fp8 saturates at ±448), times `scale`. F64 leaves rows exact.
+// Prefix rows always come back from the cache. The new tokens' own rows: `new_rows_from_cache` says
+// whether attention sees them as the cache gives them back (MHA_ONE_SHOT, MLA read every row from the
+// pool) or exact (MHA, MHA_CHUNKED_KV attend the new rows before they are stored). new_rows in the
+// result is always the cached form.
 struct CacheRounding {
   DType dtype = DType::F64;
   double scale = 1.0;
+  bool new_rows_from_cache = true;
 };
 
 // x[r] holds request r's hidden states for ALL its tokens [prefix_len + new_len, hidden_size];
@@ -33,5 +39,15 @@ ReferenceResult reference_attention(const AttentionConfig& c, const AttentionWei
 // first_position, first_position + 1, ...
 std::vector<double> reference_latent_rows(const AttentionConfig& c, const AttentionWeights& w,
                                           const std::vector<double>& x, int64_t first_position);
+
+// The reference's own definitions, exposed for the tests that pin them to transformers' numbers.
+struct ReferenceRope {
+  std::vector<double> inv_freq;   // [qk_rope_head_dim / 2]
+  double cos_sin_factor = 1.0;    // YaRN attention_factor: cos and sin are multiplied by it
+  double softmax_scale = 0.0;     // qk_head_dim^-0.5 · mscale(factor, mscale_all_dim)²
+};
+ReferenceRope reference_rope(const AttentionConfig& c);
+// v rounded to `dtype` (F64: v; F32, BF16, F8_E4M3FN, F8_E4M3FNUZ: nearest even, fp8 saturating).
+double reference_round(double v, DType dtype);
 
 }  // namespace mla
