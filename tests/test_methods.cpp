@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "mla/config.h"
 #include "mla/error.h"
+#include "mla/quant.h"
 #include "mla/reference_harness.h"
 #include "mla/registry.h"
 #include "method_cases.h"
@@ -90,6 +91,39 @@ TEST(Compare, AllZeroOrNonFiniteNeverMatches) {
   EXPECT_EQ(rel_l2(ref, ref), 0.0);
   EXPECT_EQ(rel_l2({}, {}), 0.0);
   EXPECT_NEAR(rel_l2({1.0, -2.0, 0.0}, ref), 0.5 / std::sqrt(5.25), 1e-15);
+}
+
+// The reference's own quantizers of the absorbed weights give what src/core/quant.cpp gives (they
+// are written separately so that a ROCm packer bug cannot hide in the reference).
+TEST(Reference, QuantizersAgreeWithCoreQuant) {
+  for (double stddev : {1.0, 3e-3, 40.0}) {
+    const std::vector<double> w = randn(size_t(6 * 64), 17, stddev);
+    const Tensor t = Tensor::host_from(w, DType::F32, {6, 64});
+    const std::vector<double> w32 = t.to_doubles();
+    const std::vector<double> fp8 = dequantize(quantize_fp8_per_tensor(t, Fp8Flavor::E4M3FN), DType::F64).to_doubles();
+    EXPECT_EQ(reference_fp8_per_tensor(w32), fp8) << "stddev " << stddev;
+    const std::vector<double> fnuz = dequantize(quantize_fp8_per_tensor(t, Fp8Flavor::E4M3FNUZ), DType::F64).to_doubles();
+    EXPECT_EQ(reference_fp8_per_tensor(w32), fnuz) << "stddev " << stddev;
+    const std::vector<double> mx = dequantize(quantize_mxfp4(t), DType::F64).to_doubles();
+    EXPECT_EQ(reference_mxfp4(w32, 64), mx) << "stddev " << stddev;
+    EXPECT_GT(rel_l2(mx, w32), 1e-2);  // it did quantize
+  }
+}
+
+// The reference's rounding of cached rows against the engine's conversions, value by value.
+TEST(Reference, CacheRoundingAgreesWithDtypeConversions) {
+  const std::vector<double> v = randn(4096, 5, 30.0);
+  for (DType d : {DType::BF16, DType::F8_E4M3FN, DType::F8_E4M3FNUZ}) {
+    std::vector<uint8_t> cell(8);
+    size_t differ = 0;
+    for (double x : v) {
+      store_from_double(cell.data(), d, 0, double(float(x)));
+      if (load_as_double(cell.data(), d, 0) != reference_round(double(float(x)), d)) ++differ;
+    }
+    EXPECT_EQ(differ, 0u) << dtype_name(d);
+  }
+  EXPECT_EQ(reference_round(1000.0, DType::F8_E4M3FN), 448.0);  // saturates
+  EXPECT_EQ(reference_round(-1000.0, DType::F8_E4M3FNUZ), -240.0);
 }
 
 TEST(Methods, RocmTwinsAreNotOnTheCpu) {

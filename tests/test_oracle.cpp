@@ -10,9 +10,12 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "harness.h"
+#include "mla/config.h"
 #include "mla/engine.h"
+#include "mla/reference.h"
 #include "mla/platform_ops.h"
 #include "mla/safetensors.h"
 
@@ -202,6 +205,26 @@ TEST_P(OracleTest, RaggedBatchOfRequestsMatchesSingleRequests) {
 
 // bf16 activations with a bf16 and an fp8 cache, whole model, against transformers run in bf16: one
 // prefill of all but the last two tokens, then two decode steps (MHA-family prefill, MLA decode).
+// The f64 reference's own RoPE / YaRN / softmax scale against the numbers transformers computed for
+// each model (oracle.json "rope": its float32 inv_freq buffer, the cos/sin factor, the softmax scale).
+TEST(OracleRope, ReferenceDefinitionsMatchTransformers) {
+  for (const char* name : kModels) {
+    SCOPED_TRACE(name);
+    const char* env = std::getenv("MLA_TEST_DATA");
+    const std::string dir = std::string(env ? env : MLA_TEST_DATA) + "/" + name;
+    const AttentionConfig c = load_attention_config(dir + "/config.json");
+    std::ifstream f(dir + "/oracle.json");
+    const nlohmann::json hf = nlohmann::json::parse(f).at("rope");
+    const ReferenceRope r = reference_rope(c);
+    const auto inv = hf.at("inv_freq").get<std::vector<double>>();
+    ASSERT_EQ(r.inv_freq.size(), inv.size());
+    for (size_t i = 0; i < inv.size(); ++i)  // transformers' buffer is float32
+      EXPECT_NEAR(r.inv_freq[i], inv[i], 1e-6 * inv[i]) << "inv_freq " << i;
+    EXPECT_NEAR(r.cos_sin_factor, hf.at("attention_scaling_on_cos_sin").get<double>(), 1e-12);
+    EXPECT_NEAR(r.softmax_scale, hf.at("softmax_scale").get<double>(), 1e-12);
+  }
+}
+
 class OracleBf16 : public OracleTest {};  // CPU only: its tolerances are measured there
 
 TEST_P(OracleBf16, Bf16MatchesTransformersInBf16) {

@@ -50,4 +50,16 @@ ReferenceRope reference_rope(const AttentionConfig& c);
 // v rounded to `dtype` (F64: v; F32, BF16, F8_E4M3FN, F8_E4M3FNUZ: nearest even, fp8 saturating).
 double reference_round(double v, DType dtype);
 
+
+// The quantized absorbed weights a platform should use, computed here independently of its packer
+// (src/core/quant.cpp), as dequantized values:
+//  - fp8 e4m3fn per tensor: scale = max(f32(amax / 448), 2^-126), w ≈ round_e4m3fn(w / scale) · scale
+//    (e4m3fnuz weights made from these codes hold the same values);
+//  - MXFP4 along the last dim (K values per row, K % 32 == 0), blocks of 32: scale 2^X with
+//    X = floor(log2 amax') − 2, amax' = amax with its mantissa rounded up from 1.75 to the next binade,
+//    X clamped to [−127, 125]; elements round to e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6; nearest even,
+//    saturating).
+std::vector<double> reference_fp8_per_tensor(const std::vector<double>& w);
+std::vector<double> reference_mxfp4(const std::vector<double>& w, int64_t K);
+
 }  // namespace mla

@@ -98,9 +98,32 @@ LayerFixture::LayerFixture(const LayerCase& c) : c_(c) {
   }
   ops_ = make_ops(c.platform, c.act, c.options);
   layer_ = std::make_unique<AttentionLayer>(c.cfg, w_, *ops_);
-  if (auto packed = ops_->absorbed_as_packed(split_kv_b_proj(c.cfg, w_.kv_b_proj))) {
+  // Quantized absorb weights (ROCm): the reference quantizes them itself, not with the packer it
+  // judges. w_kc [H, dn, R] is quantized as the MLA absorb reads it, over dn (MXFP4 blocks along dn);
+  // w_vc [H, dv, R] over R.
+  const AbsorbFormat af = c.options.rocm.absorb;
+  if (c.platform == Platform::ROCM && af != AbsorbFormat::ACT) {
+    AbsorbedWeights a = split_kv_b_proj(c.cfg, w_.kv_b_proj);
+    const int64_t H = c.cfg.num_attention_heads, dn = c.cfg.qk_nope_head_dim, dv = c.cfg.v_head_dim,
+                  R = c.cfg.kv_lora_rank;
+    std::vector<double> kc = a.w_kc.to_doubles(), vc = a.w_vc.to_doubles();
+    if (af == AbsorbFormat::MXFP4) {
+      std::vector<double> kcT(kc.size());  // [H, R, dn]
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < dn; ++d)
+          for (int64_t r = 0; r < R; ++r) kcT[size_t((h * R + r) * dn + d)] = kc[size_t((h * dn + d) * R + r)];
+      kcT = reference_mxfp4(kcT, dn);
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < dn; ++d)
+          for (int64_t r = 0; r < R; ++r) kc[size_t((h * dn + d) * R + r)] = kcT[size_t((h * R + r) * dn + d)];
+      vc = reference_mxfp4(vc, R);
+    } else {
+      kc = reference_fp8_per_tensor(kc), vc = reference_fp8_per_tensor(vc);
+    }
+    a.w_kc = Tensor::host_from(kc, DType::F64, a.w_kc.shape());
+    a.w_vc = Tensor::host_from(vc, DType::F64, a.w_vc.shape());
     w_packed_ = w_;
-    w_packed_->kv_b_proj = merge_kv_b_proj(c.cfg, *packed);
+    w_packed_->kv_b_proj = merge_kv_b_proj(c.cfg, a);
   }
 }
 

@@ -127,6 +127,32 @@ double reference_round(double v, DType dtype) {
   }
 }
 
+std::vector<double> reference_fp8_per_tensor(const std::vector<double>& w) {
+  double amax = 0;
+  for (double v : w) amax = std::max(amax, std::fabs(v));
+  const double scale = amax > 0 ? std::max(double(float(amax / 448.0)), std::ldexp(1.0, -126)) : 1.0;
+  std::vector<double> q(w.size());
+  for (size_t i = 0; i < w.size(); ++i) q[i] = reference_round(double(float(w[i] / scale)), DType::F8_E4M3FN) * scale;
+  return q;
+}
+
+std::vector<double> reference_mxfp4(const std::vector<double>& w, int64_t K) {
+  if (K <= 0 || K % 32 != 0 || w.size() % size_t(K) != 0) fail("reference_mxfp4: rows of {} values, not blocks of 32", K);
+  std::vector<double> q(w.size());
+  for (size_t b = 0; b < w.size(); b += 32) {
+    double amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(w[i]));
+    if (amax == 0) continue;  // an all-zero block stays zero
+    int e2;
+    const double m = std::frexp(amax, &e2);  // amax = m · 2^e2, m in [0.5, 1)
+    int x = (2 * m >= 1.75 ? e2 : e2 - 1) - 2;
+    x = std::clamp(x, -127, 125);
+    const double scale = std::ldexp(1.0, x);
+    for (size_t i = b; i < b + 32; ++i) q[i] = round_format(w[i] / scale, 1, 0, 6.0, true) * scale;
+  }
+  return q;
+}
+
 std::vector<double> reference_latent_rows(const AttentionConfig& c, const AttentionWeights& w,
                                           const std::vector<double>& x, int64_t first_position) {
   const Weights64 w64(w);
