@@ -63,7 +63,7 @@ while IFS= read -r line || [ -n "$line" ]; do
   for t in $tests; do
     if [ "$t" = cli ]; then targets="$targets mla"; else targets="$targets ${t%%:*}"; fi
   done
-  by="" detail=""
+  by="" detail="" nomatch=""
   if ! cmake --build "$B" --target $targets -j "$JOBS" >"$LOG/$n.build" 2>&1; then
     by="the build"; detail="(does not compile)"
   else
@@ -75,7 +75,11 @@ while IFS= read -r line || [ -n "$line" ]; do
       fi
       bin=${t%%:*} filter=${t#*:}
       out="$LOG/$n.$bin"
-      (cd "$T" && MLA_TEST_DATA="$T/tests/data" timeout 600 "$B/bin/$bin" --gtest_filter="$filter" >"$out" 2>&1) && continue
+      if (cd "$T" && MLA_TEST_DATA="$T/tests/data" timeout 600 "$B/bin/$bin" --gtest_filter="$filter" >"$out" 2>&1); then
+        grep -qE '^\[  PASSED  \] [1-9]' "$out" && continue
+        nomatch="$bin:$filter ran no test"  # a filter that matches nothing proves nothing
+        continue
+      fi
       first=$(grep -m1 '^\[  FAILED  \]' "$out" | sed 's/^\[  FAILED  \] //; s/, where.*//; s/ (.*//')
       [ -z "$first" ] && first="$bin (crashed or ran nothing)"
       by="$first"
@@ -86,7 +90,9 @@ while IFS= read -r line || [ -n "$line" ]; do
     done
   fi
   cp "$orig" "$T/$file"; rm -f "$orig"  # a fresh mtime: the next build recompiles it
-  if [ -n "$by" ]; then
+  if [ -z "$by" ] && [ -n "$nomatch" ]; then
+    broken=$((broken + 1)); printf '%-4s %-34s %-9s %s\n' "$n" "$name" "BROKEN" "$nomatch"
+  elif [ -n "$by" ]; then
     caught=$((caught + 1)); printf '%-4s %-34s %-9s %s %s\n' "$n" "$name" "caught" "$by" "$detail"
   else
     survived=$((survived + 1)); printf '%-4s %-34s %-9s %s\n' "$n" "$name" "SURVIVED" "$tests"
