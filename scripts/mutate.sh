@@ -65,7 +65,7 @@ while IFS= read -r line || [ -n "$line" ]; do
   done
   by="" detail="" nomatch=""
   if ! cmake --build "$B" --target $targets -j "$JOBS" >"$LOG/$n.build" 2>&1; then
-    by="the build"; detail="(does not compile)"
+    nomatch="the mutated tree does not compile ($LOG/$n.build)"  # a mutation must build to prove anything
   else
     for t in $tests; do
       if [ "$t" = cli ]; then

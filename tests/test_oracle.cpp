@@ -47,7 +47,7 @@ const ModelTol kTols[] = {
     // name               f32     bf16   bf16_fp8    measured worst: f32 / bf16 / bf16_fp8
     {"v3_tiny",           5e-6,   0.2,   0.35},   // 1.1e-6 / 9.6e-2 / 1.7e-1
     {"v3_noqlora",        5e-6,   0.6,   1.5},    // 1.5e-6 / 2.9e-1 / 7.2e-1
-    {"v3_yarn_mscale",    5e-6,   0.45,  0.75},   // 1.6e-6 / 2.1e-1 / 3.6e-1
+    {"v3_yarn_mscale",    3e-6,   0.45,  0.75},   // 1.6e-6 / 2.1e-1 / 3.6e-1
     {"v3_norope_scaling", 4e-6,   0.15,  0.18},   // 8.4e-7 / 6.6e-2 / 8.8e-2
     {"v2_greedy",         4e-6,   0.06,  0.15},   // 9.7e-7 / 2.6e-2 / 7.5e-2
     {"v2_group",          5e-6,   0.12,  0.23},   // 1.2e-6 / 5.7e-2 / 1.1e-1
