@@ -98,5 +98,5 @@ while IFS= read -r line || [ -n "$line" ]; do
     survived=$((survived + 1)); printf '%-4s %-34s %-9s %s\n' "$n" "$name" "SURVIVED" "$tests"
   fi
 done <"$LIST"
-echo "mutate: $n mutations, $caught caught, $survived survived, $broken did not apply"
+echo "mutate: $((caught + survived + broken)) mutations run, $caught caught, $survived survived, $broken broken (did not apply, build or run a test)"
 [ $survived -eq 0 ] && [ $broken -eq 0 ]

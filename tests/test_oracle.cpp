@@ -107,7 +107,7 @@ class OracleTest : public ::testing::TestWithParam<std::tuple<const char*, Platf
     tol = tol_of(std::get<0>(GetParam())).f32;
   }
   void TearDown() override {
-    if (worst >= 0) std::printf("  measured %s f32 worst %.3e (tol %.0e)\n", std::get<0>(GetParam()), worst, tol);
+    if (worst >= 0) std::printf("  measured %s f32 worst %.3e (tol %.2g)\n", std::get<0>(GetParam()), worst, tol);
   }
   // Relative L2 of the whole sequence's logits.
   double run(size_t k, std::optional<ForwardMethod> m, int64_t chunk, int64_t decode_from, int64_t capacity = 131072) {
@@ -249,7 +249,7 @@ TEST_P(OracleBf16, Bf16MatchesTransformersInBf16) {
       EXPECT_LE(vs_f32, o.bf16_spread[k] + kv_tol) << "sequence " << k << " kv " << dtype_name(kv);
       worst16 = std::max(worst16, vs_bf16);
     }
-    std::printf("  measured %s bf16 kv %s worst %.3e (tol %.0e)\n", std::get<0>(GetParam()),
+    std::printf("  measured %s bf16 kv %s worst %.3e (tol %.2g)\n", std::get<0>(GetParam()),
                 std::string(dtype_name(kv)).c_str(), worst16, kv_tol);
   }
 }
