@@ -85,3 +85,9 @@ build-hip:
 	      echo "build-hip: $$a code objects in $$k of the $$n HIP objects of bin/mla" >&2; exit 1; \
 	    fi; \
 	  done
+
+# ---- mutation testing (not in CI): every one-line mutation of tests/mutations.txt must be caught by
+# the tests named beside it; a scratch copy of the tree is built CPU-only with ccache ----
+.PHONY: mutate
+mutate:
+	bash scripts/mutate.sh tests/mutations.txt

@@ -17,19 +17,31 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total --format=csv > "$O
 rc=0
 "$BUILD/bin/mla" bench $quick > "$OUT/bench.json" 2> "$OUT/bench.err" || rc=1
 tail -n 5 "$OUT/bench.err"
+# Runs one test binary into $OUT/NAME.txt. A GPU check that skipped is a failed GPU check: rc=1 when a
+# test failed, when none ran, or when any case SKIPPED (every case run here has its platform).
+gtest() {
+  local name=$1; shift
+  "$@" > "$OUT/$name.txt" 2>&1 || rc=1
+  if grep -q '^\[  SKIPPED \]' "$OUT/$name.txt"; then
+    echo "gpu_check: $name skipped cases (their GPU platform was not there):"
+    grep '^\[  SKIPPED \]' "$OUT/$name.txt" | head -n 5
+    rc=1
+  fi
+  grep -q '^\[  PASSED  \] [1-9]' "$OUT/$name.txt" || { echo "gpu_check: $name passed no test"; rc=1; }
+  tail -n 3 "$OUT/$name.txt"
+}
 # The reference harness and the HF oracle cases, on the GPU (the CPU cases run in CI).
 export MLA_TEST_DATA="$PWD/tests/data" MLA_CUDA_POISON=1
-"$BUILD/bin/test_methods" --gtest_filter='Cuda/*' > "$OUT/test_methods_cuda.txt" 2>&1 || rc=1
-"$BUILD/bin/test_oracle" --gtest_filter='*cuda*' > "$OUT/test_oracle_cuda.txt" 2>&1 || rc=1
-tail -n 3 "$OUT/test_methods_cuda.txt" "$OUT/test_oracle_cuda.txt"
+gtest test_methods_cuda "$BUILD/bin/test_methods" --gtest_filter='Cuda/*'
+gtest test_oracle_cuda "$BUILD/bin/test_oracle" --gtest_filter='*cuda*'
 # The ROCm platform on this GPU (rocm-on-cuda): its twins, kernels and GEMMs through the same harness.
-"$BUILD/bin/test_methods" --gtest_filter='Rocm/*' > "$OUT/test_methods_rocm.txt" 2>&1 || rc=1
-"$BUILD/bin/test_oracle" --gtest_filter='*rocm*' > "$OUT/test_oracle_rocm.txt" 2>&1 || rc=1
-[ -x "$BUILD/bin/test_rocm_gemm" ] && { "$BUILD/bin/test_rocm_gemm" > "$OUT/test_rocm_gemm.txt" 2>&1 || rc=1; }
+gtest test_methods_rocm "$BUILD/bin/test_methods" --gtest_filter='Rocm/*'
+gtest test_oracle_rocm "$BUILD/bin/test_oracle" --gtest_filter='*rocm*'
+if [ -x "$BUILD/bin/test_rocm_gemm" ]; then gtest test_rocm_gemm "$BUILD/bin/test_rocm_gemm"
+else echo "gpu_check: $BUILD/bin/test_rocm_gemm is missing"; rc=1; fi
 # NaN isolation and bad batches on every platform this GPU runs (CPU, CUDA, ROCm).
-"$BUILD/bin/test_nan_isolation" > "$OUT/test_nan_isolation.txt" 2>&1 || rc=1
-"$BUILD/bin/test_bad_batches" > "$OUT/test_bad_batches.txt" 2>&1 || rc=1
-tail -n 3 "$OUT/test_methods_rocm.txt" "$OUT/test_oracle_rocm.txt" "$OUT/test_nan_isolation.txt" "$OUT/test_bad_batches.txt"
+gtest test_nan_isolation "$BUILD/bin/test_nan_isolation"
+gtest test_bad_batches "$BUILD/bin/test_bad_batches"
 for p in cuda rocm; do
   "$BUILD/bin/mla" demo --model tests/data/v3_tiny --platform $p > "$OUT/demo_$p.txt" 2>&1 || rc=1
   cat "$OUT/demo_$p.txt"

@@ -72,6 +72,12 @@ DATA=${DATA:-$(dirname "$0")/data}
 M=$DATA/v3_tiny
 expect logits 0 '^wrote .*logits \[5, 256\]; methods MHA_ONE_SHOT$' -- logits --model "$M" --ids 24,105,145,195,83 --out "$tmp/l.safetensors"
 [ -s "$tmp/l.safetensors" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL logits_file"; }
+# Values, not only files: the logits against transformers' own (oracle.safetensors: f32;
+# oracle_bf16.safetensors: transformers in bf16), through --compare (an all-zero result never passes).
+ids0=$(sed -n '/"ids": {/,/]/p' "$M/oracle.json" | grep -oE '[0-9]+' | tail -n +2 | paste -sd, -)
+expect logits_values 0 'vs logits.0: relative L2 .* PASS$' -- logits --model "$M" --ids "$ids0" --compare "$M/oracle.safetensors:logits.0" --tolerance 5e-6 --out "$tmp/v.safetensors"
+expect logits_values_decode 0 'methods MHA_ONE_SHOT,MLA,MLA; vs logits.0: .* PASS$' -- logits --model "$M" --ids "$ids0" --prefill-chunk 2 --decode-from 4 --compare "$M/oracle.safetensors:logits.0" --tolerance 5e-6 --out "$tmp/v2.safetensors"
+expect logits_values_bf16 0 'PASS$' -- logits --model "$M" --ids "$ids0" --dtype bf16 --kv-dtype fp8_e4m3fn --compare "$M/oracle_bf16.safetensors:logits.0" --tolerance 0.1 --out "$tmp/v3.safetensors"
 expect logits_chunked 0 'methods MHA_ONE_SHOT,MLA,MLA$' -- logits --model "$M" --ids 24,105,145,195,83 --prefill-chunk 2 --decode-from 4 --out "$tmp/l2.safetensors"
 expect logits_forced 0 'methods MHA_CHUNKED_KV' -- logits --model "$M" --ids 24,105,145 --method MHA_CHUNKED_KV --out "$tmp/l3.safetensors"
 expect logits_sharded 0 'logits \[3, 256\]' -- logits --model "$DATA/v3_norope_scaling" --ids 1,2,3 --out "$tmp/l4.safetensors"
@@ -100,6 +106,9 @@ bad() {  # bad NAME RC PATTERN -- ARGS (an --out of $tmp/bad.safetensors must no
     fail=$((fail + 1)); echo "FAIL $1: left an output file"
   fi
 }
+bad logits_values_differ 1 "logits differ from logits.0 .*relative L2" -- logits --model "$M" --ids "$(echo "$ids0" | tr ',' '\n' | tac | paste -sd, -)" --compare "$M/oracle.safetensors:logits.0" --out "$tmp/bad.safetensors"
+bad logits_compare_shape 1 "has [0-9]+ values, the logits [0-9]+ \\(\\[3, " -- logits --model "$M" --ids 1,2,3 --compare "$M/oracle.safetensors:logits.0" --out "$tmp/bad.safetensors"
+bad logits_compare_form 2 "expected FILE:TENSOR" -- logits --model "$M" --ids 1,2,3 --compare "$M/oracle.safetensors" --out "$tmp/bad.safetensors"
 bad id_outside_vocab 2 "id 256 at index 1 is outside the vocabulary \\[0, 256\\)" -- logits --model "$M" --ids 3,256 --out "$tmp/bad.safetensors"
 bad decode_from_past 2 "--decode-from 9 is past the 2 ids" -- logits --model "$M" --ids 3,4 --decode-from 9 --out "$tmp/bad.safetensors"
 bad missing_out 2 "--out is required" -- logits --model "$M" --ids 3,4

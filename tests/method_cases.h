@@ -3,6 +3,7 @@
 #pragma once
 #include <fmt/format.h>
 
+#include <string_view>
 #include <vector>
 
 #include "mla/config.h"
@@ -10,10 +11,16 @@
 
 namespace mla::test {
 
-inline AttentionConfig tiny_config() {  // odd small dims, nope != v, YaRN on
+// The configs between them cover: YaRN on (tiny, mid, the presets) and off (odd); interleaved pairs
+// (tiny, mid, presets) and NeoX halves (odd, yarn_neox); mscale != mscale_all_dim (tiny: cos/sin
+// scaled by their ratio, softmax by mscale_all_dim²) and mscale == mscale_all_dim (mid, presets); a
+// latent norm eps far from 1e-6 (tiny, yarn_neox), so an engine that ignores it shows.
+inline AttentionConfig tiny_config() {  // odd small dims, nope != v, YaRN with mscale != mscale_all_dim
   AttentionConfig c = preset_config("deepseek-v3");
   c.hidden_size = 64, c.num_attention_heads = 3, c.q_lora_rank = 24, c.kv_lora_rank = 32;
   c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 12;
+  c.rope_scaling.mscale = 0.9, c.rope_scaling.mscale_all_dim = 0.6;
+  c.latent_norm_eps = 0.05;
   return c;
 }
 inline AttentionConfig odd_config() {  // no q_lora, one head, NeoX RoPE, plain RoPE scaling
@@ -22,6 +29,14 @@ inline AttentionConfig odd_config() {  // no q_lora, one head, NeoX RoPE, plain 
   c.qk_nope_head_dim = 24, c.qk_rope_head_dim = 16, c.v_head_dim = 20;
   c.rope_interleave = false;
   c.rope_scaling = RopeScaling{};
+  return c;
+}
+inline AttentionConfig yarn_neox_config() {  // NeoX halves with YaRN (short original context), eps 1e-2
+  AttentionConfig c = odd_config();
+  c.num_attention_heads = 2, c.q_lora_rank = 16;
+  c.rope_theta = 5000;
+  c.rope_scaling = RopeScaling{"yarn", 16.0, 32, 24.0, 2.0, 1.2, 0.8};
+  c.latent_norm_eps = 1e-2;
   return c;
 }
 inline AttentionConfig mid_config() {  // 16 heads, V3-shaped head dims at a small hidden size
@@ -57,9 +72,11 @@ inline std::vector<LayerCase> all_cases(Platform p) {
   if (p == Platform::CPU) dtypes.insert(dtypes.begin(), {DType::F64, DType::F32});
   const int64_t pages[] = {1, 16, 64};
   int k = 0;
-  for (auto [cname, cfg] : {std::pair{"tiny", tiny_config()}, std::pair{"odd", odd_config()}})
+  for (auto [cname, cfg] : {std::pair{"tiny", tiny_config()}, std::pair{"odd", odd_config()},
+                             std::pair{"yarnneox", yarn_neox_config()}})
     for (const Shape_& b : batches())
       for (auto [act, kv] : dtypes) {
+        if (std::string_view(cname) == "yarnneox" && act != DType::F32) continue;  // its point is the RoPE
         LayerCase c;
         c.platform = p;
         c.cfg = cfg, c.act = act, c.kv = kv, c.page_size = pages[k++ % 3], c.mode = b.mode;

@@ -29,17 +29,6 @@ AttentionConfig tiny_config() {
 }
 
 // The error `f` throws (one line, containing `needle`).
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an Error containing '" << needle << "'";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find(needle), std::string::npos) << m;
-    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-  }
-}
-
 // A pool's rows and tables, to compare before and after a refused call.
 struct PoolImage {
   std::string bytes;
@@ -56,12 +45,14 @@ PoolImage image(Ops& ops, const KVPool& pool) {
   return im;
 }
 
-std::vector<Platform> available() {
-  std::vector<Platform> v;
-  for (Platform p : all_platforms())
-    if (platform_available(p)) v.push_back(p);
-  return v;
-}
+// The per-platform tests run once per platform; one that is not here skips visibly.
+class BadBatchesOn : public ::testing::TestWithParam<Platform> {
+ protected:
+  void SetUp() override {
+    if (!platform_available(GetParam()))
+      GTEST_SKIP() << "platform " << platform_name(GetParam()) << " is not available here";
+  }
+};
 
 // One layer with a pool holding two requests: 10 (prefix 5, 3 new) and 11 (prefix 0, 4 new).
 struct Layer {
@@ -86,9 +77,10 @@ struct Layer {
   }
 };
 
-TEST(BadBatches, SlotsOutsideThePoolAreRefusedByEveryMethod) {
-  for (Platform p : available())
-    for (const MethodImpl* impl : method_impls()) {
+TEST_P(BadBatchesOn, SlotsOutsideThePoolAreRefusedByEveryMethod) {
+  const Platform p = GetParam();
+  int ran = 0;
+  for (const MethodImpl* impl : method_impls()) {
       if (impl->platform != p) continue;
       SCOPED_TRACE(fmt::format("{} on {}", method_name(impl->method), platform_name(p)));
       Layer l(p);
@@ -105,11 +97,14 @@ TEST(BadBatches, SlotsOutsideThePoolAreRefusedByEveryMethod) {
                      fmt::format("slot {} is outside the", bad));
         EXPECT_TRUE(image(*l.ops, *l.pool) == before) << "slot " << bad << " changed the pool";
       }
+      ++ran;
     }
+  EXPECT_GE(ran, 4) << "too few methods on " << platform_name(p);
 }
 
-TEST(BadBatches, CacheCallsRefuseSlotsOutsideThePool) {
-  for (Platform p : available()) {
+TEST_P(BadBatchesOn, CacheCallsRefuseSlotsOutsideThePool) {
+  {
+    const Platform p = GetParam();
     Layer l(p);
     const PoolImage before = image(*l.ops, *l.pool);
     const int64_t D = l.cfg.kv_row_dim();
@@ -194,6 +189,9 @@ TEST(BadBatches, EngineRefusesBadBatchesAndChangesNothing) {
   e.step(ForwardMode::DECODE, {{1, {6}}});  // and it still works
   EXPECT_EQ(e.length(1), 4);
 }
+
+INSTANTIATE_TEST_SUITE_P(Platforms, BadBatchesOn, ::testing::Values(Platform::CPU, Platform::CUDA, Platform::ROCM),
+                         [](const auto& i) { return std::string(platform_name(i.param)); });
 
 }  // namespace
 }  // namespace mla::test

@@ -5,21 +5,10 @@
 
 #include "mla/batch.h"
 #include "mla/error.h"
+#include "harness.h"
 
 namespace mla {
 namespace {
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& n : needles)
-      EXPECT_NE(msg.find(n), std::string::npos) << "message: " << msg << "\nmissing: " << n;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line: " << msg;
-  }
-}
 
 Batch make(ForwardMode m, std::vector<BatchRequest> rs) { return Batch{m, std::move(rs)}; }
 

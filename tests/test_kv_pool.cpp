@@ -11,6 +11,7 @@
 
 #include "mla/error.h"
 #include "mla/kv_pool.h"
+#include "harness.h"
 
 namespace mla {
 namespace {
@@ -56,17 +57,6 @@ void check_invariants(const KVPool& p) {
     ASSERT_EQ(int64_t(pages.size()), (p.length(id) + ps - 1) / ps) << "request " << id;
   }
   ASSERT_EQ(owned + p.free_pages(), total);
-}
-
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an Error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << needle;
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "multi-line: " << e.what();
-  }
 }
 
 TEST(KVPool, BadConfigNamesTheField) {

@@ -16,6 +16,7 @@
 #include "mla/fp_formats.h"
 #include "mla/quant.h"
 #include "mla/tensor.h"
+#include "harness.h"
 
 namespace mla {
 namespace {
@@ -60,19 +61,6 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
 }
 
 // Runs f, which must throw Error whose message holds every one of `words`.
-template <typename F>
-void expect_error(F&& f, std::initializer_list<std::string> words, const std::string& ctx = "") {
-  try {
-    f();
-    ADD_FAILURE() << ctx << ": no error, expected one with '" << *words.begin() << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const std::string& w : words)
-      EXPECT_NE(msg.find(w), std::string::npos) << ctx << ": '" << w << "' not in: " << msg;
-  }
-}
-
 // ---- U8 and the flavors ---------------------------------------------------------------------------
 
 TEST(Quant, U8Dtype) {

@@ -86,21 +86,6 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 }
 
 // Runs `f`, expecting an mla::Error whose message contains `fragment` (and is one line).
-template <typename F>
-void expect_error(F&& f, const std::string& fragment, const std::string& what) {
-  try {
-    f();
-    ADD_FAILURE() << what << ": no error (expected one containing \"" << fragment << "\")";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find(fragment), std::string::npos)
-        << what << ": message \"" << m << "\" lacks \"" << fragment << "\"";
-    EXPECT_EQ(m.find('\n'), std::string::npos) << what << ": message is not one line: " << m;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": threw a non-mla exception: " << e.what();
-  }
-}
-
 const std::vector<DType> kSupported = {DType::F64, DType::F32,       DType::BF16, DType::F16,
                                        DType::F8_E4M3FN, DType::I32, DType::I64};
 

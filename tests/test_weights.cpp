@@ -16,18 +16,6 @@
 namespace mla {
 namespace {
 
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& n : needles)
-      EXPECT_NE(msg.find(n), std::string::npos) << "message: " << msg << "\nmissing: " << n;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line: " << msg;
-  }
-}
-
 // V3's structure (q_lora, dn != dv in the small one) at test sizes.
 AttentionConfig small_v3() {
   AttentionConfig c;

@@ -156,8 +156,9 @@ std::vector<int64_t> read_prompt_file(const std::string& path) {
 
 void add_logits_command(CLI::App& app, int& rc) {
   struct Opts : RunOpts {
-    std::string ids, out;
+    std::string ids, out, compare;
     int64_t prefill_chunk = 0, decode_from = -1;
+    double tolerance = 1e-4;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("logits", "Logits of every position of a sequence, to a safetensors file");
@@ -166,6 +167,10 @@ void add_logits_command(CLI::App& app, int& rc) {
   sub->add_option("--prefill-chunk", o->prefill_chunk, "feed the prompt N tokens at a time (0: all at once)")->capture_default_str();
   sub->add_option("--decode-from", o->decode_from, "feed tokens K.. one at a time in DECODE mode (default: none)");
   sub->add_option("--out", o->out, "output safetensors file (tensor 'logits', F32 [n, vocab])")->required();
+  sub->add_option("--compare", o->compare,
+                  "FILE:TENSOR, e.g. oracle.safetensors:logits.0: check the logits against that [n, vocab] tensor "
+                  "(relative L2; an all-zero or non-finite result never passes); exit 1 and no --out past --tolerance");
+  sub->add_option("--tolerance", o->tolerance, "relative L2 tolerance of --compare")->capture_default_str();
   sub->callback([o, &rc] {
     o->parse();
     std::vector<int64_t> ids = parse_int_list(o->ids, "--ids");
@@ -182,9 +187,27 @@ void add_logits_command(CLI::App& app, int& rc) {
     const int64_t V = s.lm.config.vocab_size;
     Tensor logits = Tensor::host(DType::F32, {n, V});
     std::copy(run.logits.begin(), run.logits.end(), logits.ptr<float>());
+    std::string verdict;
+    if (!o->compare.empty()) {
+      const size_t colon = o->compare.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == o->compare.size())
+        throw UsageError(fmt::format("--compare '{}': expected FILE:TENSOR", o->compare));
+      const std::string file = o->compare.substr(0, colon), name = o->compare.substr(colon + 1);
+      SafetensorsFile ref_file = SafetensorsFile::open(file);
+      if (!ref_file.has(name)) fail("--compare: {} has no tensor '{}'", file, name);
+      const Tensor ref = ref_file.tensor(name);
+      if (ref.numel() != logits.numel())
+        fail("--compare: tensor '{}' of {} has {} values, the logits {} ([{}, {}])", name, file, ref.numel(),
+             logits.numel(), long(n), long(V));
+      const double err = rel_l2(logits.to_doubles(), ref.to_doubles());
+      const bool pass = err <= o->tolerance;
+      verdict = fmt::format("; vs {}: relative L2 {:.2e} (tolerance {:.0e}) {}", name, err, o->tolerance, pass ? "PASS" : "FAIL");
+      if (!pass) fail("logits differ from {} in {}: relative L2 {:.3e} > tolerance {:.0e}", name, file, err, o->tolerance);
+    }
     write_safetensors(o->out, {{"logits", logits}}, {{"methods", join_methods(run.methods)}});
     std::fprintf(stderr, "mla: %ld tokens in %zu batches, %.3f s (%.1f tokens/s)\n", long(n), run.methods.size(), dt, n / dt);
-    std::printf("wrote %s: logits [%ld, %ld]; methods %s\n", o->out.c_str(), long(n), long(V), join_methods(run.methods).c_str());
+    std::printf("wrote %s: logits [%ld, %ld]; methods %s%s\n", o->out.c_str(), long(n), long(V),
+                join_methods(run.methods).c_str(), verdict.c_str());
     rc = 0;
   });
 }

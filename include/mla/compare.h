@@ -11,7 +11,8 @@ namespace mla {
 std::vector<double> randn(size_t n, uint64_t seed, double stddev = 1.0);
 Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double stddev = 1.0);
 
-// ‖a − b‖ / ‖b‖ over all elements; +inf if any element of a is NaN or inf.
+// ‖a − b‖ / ‖b‖ over all elements; +inf if any element of a or b is NaN or inf, if a is all zero, or
+// if b is (empty vectors: 0).
 double rel_l2(const std::vector<double>& a, const std::vector<double>& b);
 // max |a − b| and where.
 struct WorstElement {
