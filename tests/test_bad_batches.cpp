@@ -12,7 +12,7 @@
 
 #include "harness.h"
 #include "mla/attention.h"
-#include "mla/engine.h"
+#include "engine/engine.h"
 #include "mla/error.h"
 #include "mla/model.h"
 #include "mla/platform_ops.h"

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "harness.h"
-#include "mla/engine.h"
+#include "engine/engine.h"
 #include "mla/platform_ops.h"
 #include "mla/safetensors.h"
 

@@ -10,7 +10,8 @@
 
 #include "cli.h"
 #include "mla/compare.h"
-#include "mla/engine.h"
+#include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "mla/error.h"
 #include "mla/platform_ops.h"
 #include "mla/safetensors.h"
@@ -106,26 +107,47 @@ std::string join_methods(const std::vector<ForwardMethod>& m) {
   return s;
 }
 
-// Next token: greedy without a temperature; else temperature + top-p sampling.
-int32_t sample(const float* logits, int64_t V, double temperature, double top_p, std::mt19937_64& rng) {
-  if (temperature <= 0) return int32_t(std::max_element(logits, logits + V) - logits);
-  std::vector<std::pair<double, int32_t>> p;
-  const double m = *std::max_element(logits, logits + V);
-  double sum = 0;
-  for (int64_t i = 0; i < V; ++i) {
-    const double e = std::exp((logits[i] - m) / temperature);
-    p.emplace_back(e, int32_t(i));
-    sum += e;
+// One request through the engine's scheduler and sampler, alone: the tokens, the method of every
+// batch in order, the logits of every sampled position (when asked), and the time to the first token.
+struct Generation {
+  std::vector<int32_t> ids;
+  std::vector<ForwardMethod> methods;
+  std::vector<std::pair<ForwardMode, int64_t>> batches;  // mode and new tokens of each batch
+  std::vector<float> logits;
+  double ttft = 0, total = 0;
+};
+
+Generation generate_one(Engine& engine, const std::vector<int32_t>& prompt, const engine::SamplingParams& params,
+                        int64_t prefill_chunk, bool keep_logits) {
+  Generation g;
+  engine::SchedulerOptions so;
+  so.prefill_chunk = prefill_chunk;
+  so.token_budget = std::max<int64_t>(int64_t(prompt.size()), 1);
+  so.prefix_cache = false;
+  so.on_batch = [&g](ForwardMode m, ForwardMethod f, int64_t n) {
+    g.methods.push_back(f);
+    g.batches.emplace_back(m, n);
+  };
+  engine::Scheduler sched(engine, so);
+  engine::GenerateRequest req;
+  req.prompt = prompt;
+  req.params = params;
+  std::string error;
+  const auto t0 = Clock::now();
+  bool first = true;
+  sched.add(1, std::move(req), [&](const engine::RequestUpdate& u) {
+    if (!u.error.empty()) error = u.error;
+    for (const engine::ChoiceUpdate& c : u.choices) {
+      if (first && !c.new_tokens.empty()) g.ttft = seconds_since(t0), first = false;
+      g.ids.insert(g.ids.end(), c.new_tokens.begin(), c.new_tokens.end());
+    }
+  }, keep_logits ? engine::LogitsHook([&g](int64_t, const float* l, int64_t V) { g.logits.insert(g.logits.end(), l, l + V); })
+                 : engine::LogitsHook());
+  while (sched.step()) {
   }
-  std::sort(p.begin(), p.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-  double kept = 0;
-  size_t n = 0;
-  while (n < p.size() && (n == 0 || kept < top_p * sum)) kept += p[n++].first;
-  std::uniform_real_distribution<double> u(0.0, kept);
-  double r = u(rng);
-  for (size_t i = 0; i < n; ++i)
-    if ((r -= p[i].first) <= 0) return p[i].second;
-  return p[n - 1].second;
+  g.total = seconds_since(t0);
+  if (!error.empty()) throw Error(error);
+  return g;
 }
 
 std::vector<int64_t> read_prompt_file(const std::string& path) {
@@ -179,7 +201,8 @@ void add_generate_command(CLI::App& app, int& rc) {
   struct Opts : RunOpts {
     std::string ids, prompt_file;
     int64_t max_new = 16, prefill_chunk = 0;
-    double temperature = 0, top_p = 1.0;
+    double temperature = 0, top_p = 1.0, min_p = 0;
+    int64_t top_k = 0;
     uint64_t seed = 0;
     bool json = false;
   };
@@ -192,7 +215,9 @@ void add_generate_command(CLI::App& app, int& rc) {
   sub->add_option("--max-new-tokens", o->max_new, "tokens to generate")->capture_default_str();
   sub->add_option("--temperature", o->temperature, "sampling temperature (default: greedy)");
   sub->add_option("--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
-  sub->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  sub->add_option("--top-k", o->top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+  sub->add_option("--min-p", o->min_p, "drop tokens below min-p times the best one's probability")->capture_default_str();
+  sub->add_option("--seed", o->seed, "sampling seed (same seed, same tokens)")->capture_default_str();
   sub->add_option("--prefill-chunk", o->prefill_chunk, "prefill N prompt tokens per batch (0: all)")->capture_default_str();
   sub->add_flag("--json", o->json, "{\"ids\": [...], \"methods\": [...], \"tokens_per_s\": ...} on stdout");
   sub->callback([o, &rc] {
@@ -202,36 +227,32 @@ void add_generate_command(CLI::App& app, int& rc) {
     if (prompt.empty()) throw UsageError("--ids: no token ids given");
     if (o->max_new < 0) throw UsageError("--max-new-tokens must be >= 0");
     if (o->temperature < 0 || !(o->top_p > 0 && o->top_p <= 1)) throw UsageError("--temperature must be >= 0 and --top-p in (0, 1]");
+    if (o->top_k < 0 || !(o->min_p >= 0 && o->min_p <= 1)) throw UsageError("--top-k must be >= 0 and --min-p in [0, 1]");
     if (o->prefill_chunk < 0) throw UsageError("--prefill-chunk must be >= 0");
     Session s = open_session(*o, int64_t(prompt.size()) + o->max_new);
     check_ids(prompt, s.lm.config, "--ids");
-    const int64_t V = s.lm.config.vocab_size;
-    std::mt19937_64 rng(o->seed);
     std::vector<int32_t> out;
     std::vector<ForwardMethod> methods;
-    const RequestId id = 1;
-    const auto t0 = Clock::now();
-    std::vector<float> last;
-    // Prefill (optionally chunked), keeping the logits of the last prompt token.
-    std::vector<int32_t> p32 = to_i32(prompt);
-    const int64_t chunk = o->prefill_chunk == 0 ? int64_t(p32.size()) : o->prefill_chunk;
-    for (size_t b = 0; b < p32.size(); b += size_t(chunk)) {
-      const size_t e = std::min(p32.size(), b + size_t(chunk));
-      StepResult r = s.engine->step(ForwardMode::EXTEND, {{id, std::vector<int32_t>(p32.begin() + b, p32.begin() + e)}});
-      methods.push_back(r.method);
-      last.assign(r.logits.end() - V, r.logits.end());
+    double t_prefill = 0, t_decode = 0;
+    if (o->max_new == 0) {  // the prefill alone
+      const auto t0 = Clock::now();
+      methods = s.engine->run_sequence(to_i32(prompt), o->prefill_chunk, int64_t(prompt.size())).methods;
+      t_prefill = seconds_since(t0);
+    } else {
+      engine::SamplingParams sp;
+      sp.temperature = o->temperature;
+      sp.top_p = o->top_p;
+      sp.top_k = o->top_k;
+      sp.min_p = o->min_p;
+      sp.seed = o->seed;
+      sp.max_tokens = o->max_new;
+      sp.ignore_eos = true;
+      Generation g = generate_one(*s.engine, to_i32(prompt), sp, o->prefill_chunk, false);
+      out = std::move(g.ids);
+      methods = std::move(g.methods);
+      t_prefill = g.ttft;
+      t_decode = g.total - g.ttft;
     }
-    const double t_prefill = seconds_since(t0);
-    const auto t1 = Clock::now();
-    for (int64_t i = 0; i < o->max_new; ++i) {
-      const int32_t next = sample(last.data(), V, o->temperature, o->top_p, rng);
-      out.push_back(next);
-      if (i + 1 == o->max_new) break;
-      StepResult r = s.engine->step(ForwardMode::DECODE, {{id, {next}}});
-      methods.push_back(r.method);
-      last = std::move(r.logits);
-    }
-    const double t_decode = seconds_since(t1);
     const double tps = o->max_new > 1 ? double(o->max_new - 1) / t_decode : 0.0;
     std::fprintf(stderr, "mla: prefill %zu tokens %.3f s; decode %ld tokens %.3f s (%.1f tokens/s)\n", prompt.size(),
                  t_prefill, long(std::max<int64_t>(o->max_new - 1, 0)), t_decode, tps);
@@ -314,36 +335,38 @@ void add_demo_command(CLI::App& app, int& rc) {
     const int64_t n_new = int64_t(hf_ids.size());
     Session s = open_session(*o, 256);
     const ModelConfig& c = s.lm.config;
-    const int64_t V = c.vocab_size;
     std::printf("mla demo: %s — a random %s checkpoint made with transformers (%ld layers, hidden %ld, %ld heads,\n"
                 "kv_lora_rank %ld, %ld routed experts top-%ld), run on %s in %s with a %s latent KV cache.\n\n",
                 o->model.c_str(), c.model_type().c_str(), long(c.num_hidden_layers), long(c.hidden_size()),
                 long(c.attn.num_attention_heads), long(c.attn.kv_lora_rank), long(c.n_routed_experts),
                 long(c.num_experts_per_tok), o->platform.c_str(), o->dtype.c_str(), o->kv_dtype.c_str());
-    // Greedy generation: prefill in two chunks (so the second has a prefix), then decode.
-    std::vector<int32_t> out;
+    // Greedy generation through the scheduler: prefill in two chunks (so the second has a
+    // prefix), then decode.
+    const int64_t first = (int64_t(prompt.size()) + 1) / 2;
+    engine::SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = n_new;
+    sp.ignore_eos = true;
+    Generation g = generate_one(*s.engine, prompt, sp, first, /*keep_logits=*/true);
+    const std::vector<int32_t>& out = g.ids;
+    const std::vector<double> logits(g.logits.begin(), g.logits.end());
     std::vector<std::string> methods;
-    std::vector<double> logits;
-    const auto t0 = Clock::now();
-    const size_t half = prompt.size() / 2;
-    StepResult r = s.engine->step(ForwardMode::EXTEND, {{1, std::vector<int32_t>(prompt.begin(), prompt.begin() + half)}});
-    methods.push_back(fmt::format("prefill {} tokens: {}", half, method_name(r.method)));
-    r = s.engine->step(ForwardMode::EXTEND, {{1, std::vector<int32_t>(prompt.begin() + half, prompt.end())}});
-    methods.push_back(fmt::format("extend {} tokens after a {}-token prefix: {}", prompt.size() - half, half, method_name(r.method)));
-    const double t_prefill = seconds_since(t0);
-    std::vector<float> last(r.logits.end() - V, r.logits.end());
+    int64_t seen = 0, decodes = 0;
     ForwardMethod decode_method = ForwardMethod::MLA;
-    const auto t1 = Clock::now();
-    for (int64_t i = 0; i < n_new; ++i) {
-      logits.insert(logits.end(), last.begin(), last.end());
-      out.push_back(int32_t(std::max_element(last.begin(), last.end()) - last.begin()));
-      if (i + 1 == n_new) break;
-      r = s.engine->step(ForwardMode::DECODE, {{1, {out.back()}}});
-      decode_method = r.method;
-      last = r.logits;
+    for (size_t i = 0; i < g.batches.size(); ++i) {
+      const auto [mode, n] = g.batches[i];
+      if (mode == ForwardMode::DECODE) {
+        ++decodes;
+        decode_method = g.methods[i];
+      } else if (seen == 0) {
+        methods.push_back(fmt::format("prefill {} tokens: {}", n, method_name(g.methods[i])));
+      } else {
+        methods.push_back(fmt::format("extend {} tokens after a {}-token prefix: {}", n, seen, method_name(g.methods[i])));
+      }
+      if (mode != ForwardMode::DECODE) seen += n;
     }
-    const double t_decode = seconds_since(t1);
-    methods.push_back(fmt::format("decode {} steps, one token each: {}", n_new - 1, method_name(decode_method)));
+    methods.push_back(fmt::format("decode {} steps, one token each: {}", decodes, method_name(decode_method)));
+    const double t_prefill = g.ttft, t_decode = g.total - g.ttft;
     auto join = [](const std::vector<int32_t>& v) {
       std::string t;
       for (int32_t x : v) t += (t.empty() ? "" : " ") + std::to_string(x);

@@ -24,6 +24,12 @@ struct KVPoolConfig {
 // Slot s of a layer is row s of that layer's buffer [num_pages * page_size, row_dim]; the pages
 // of a request need not be contiguous. Every mutating call either succeeds or throws Error and
 // leaves the pool exactly as it was.
+//
+// Pages are reference-counted: a page is free (count 0) or held by one or more holders — requests
+// (each of its pages counts once per request) and outside holders such as a prefix cache
+// (retain/release). A request may start from pages another holder has (adopt): only whole pages
+// are shared, and a shared page is full, so no holder ever writes it again (no copy-on-write).
+// A page returns to the free list when its last holder lets go.
 class KVPool {
  public:
   using Allocator = std::function<Tensor(DType, Shape)>;
@@ -37,8 +43,19 @@ class KVPool {
   // Makes request `id` hold slots for tokens [0, num_tokens): creates it if new, grows it if it
   // holds fewer (never shrinks). Throws Error if the pool lacks the pages.
   void reserve(RequestId id, int64_t num_tokens);
-  // Returns every page of `id` to the pool. Throws Error for an unknown id.
+  // Creates request `id` holding `shared` (pages some holder has, each full) for tokens
+  // [0, num_tokens), num_tokens == shared.size() · page_size; each page gains a holder. Throws
+  // Error if `id` exists, a page is free or out of range, a page repeats, or the count is off.
+  void adopt(RequestId id, const std::vector<int32_t>& shared, int64_t num_tokens);
+  // Lets go of every page of `id` (a page returns to the pool when no other holder has it).
+  // Throws Error for an unknown id.
   void free(RequestId id);
+  // Outside holders: one more (retain) or one fewer (release) holder of each page. Pages must be
+  // held already (retain) or held by the caller (release); a page may repeat only in release of
+  // pages held that many times. Throw Error, changing nothing, otherwise.
+  void retain(const std::vector<int32_t>& pages);
+  void release(const std::vector<int32_t>& pages);
+  int32_t ref_count(int32_t page) const;  // holders of `page` (0: free)
   bool has(RequestId id) const { return requests_.count(id) != 0; }
   // Tokens the request can hold (pages · page_size) and tokens reserved through reserve().
   int64_t capacity(RequestId id) const;
@@ -63,6 +80,7 @@ class KVPool {
   std::vector<Tensor> buffers_;
   std::vector<double> scales_;
   std::vector<int32_t> free_list_;  // free page ids; pages are taken from the back
+  std::vector<int32_t> refs_;       // [num_pages] holders of each page
   struct Entry {
     std::vector<int32_t> pages;
     int64_t length = 0;

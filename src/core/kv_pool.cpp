@@ -39,6 +39,7 @@ KVPool::KVPool(const KVPoolConfig& cfg, Allocator alloc) : cfg_(cfg) {
   scales_.assign(size_t(cfg.num_layers), 1.0);
 
   // Pages are taken from the back: a fresh pool hands out 0, 1, 2, ...
+  refs_.assign(size_t(cfg.num_pages), 0);
   free_list_.resize(size_t(cfg.num_pages));
   for (int64_t p = 0; p < cfg.num_pages; ++p)
     free_list_[size_t(p)] = int32_t(cfg.num_pages - 1 - p);
@@ -76,19 +77,64 @@ void KVPool::reserve(RequestId id, int64_t num_tokens) {
   }
   for (int64_t k = 0; k < more; ++k) {
     e.pages.push_back(free_list_.back());
+    refs_[size_t(free_list_.back())] = 1;
     free_list_.pop_back();
   }
   e.length = std::max(e.length, num_tokens);
 }
 
+void KVPool::adopt(RequestId id, const std::vector<int32_t>& shared, int64_t num_tokens) {
+  if (requests_.count(id)) fail("KV pool: cannot adopt pages into request {}: it exists", id);
+  if (num_tokens != int64_t(shared.size()) * cfg_.page_size)
+    fail("KV pool: request {} adopts {} pages for {} tokens (only whole pages of {} are shared)", id,
+         shared.size(), num_tokens, cfg_.page_size);
+  std::vector<int32_t> sorted = shared;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const int32_t p = sorted[i];
+    if (p < 0 || p >= cfg_.num_pages) fail("KV pool: request {} adopts page {} outside [0, {})", id, p, cfg_.num_pages);
+    if (refs_[size_t(p)] == 0) fail("KV pool: request {} adopts page {}, which is free", id, p);
+    if (i > 0 && sorted[i - 1] == p) fail("KV pool: request {} adopts page {} twice", id, p);
+  }
+  requests_.emplace(id, Entry{shared, num_tokens});  // may throw before any count changes
+  for (int32_t p : shared) ++refs_[size_t(p)];
+}
+
 void KVPool::free(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) fail("KV pool: cannot free unknown request {}", id);
-  const std::vector<int32_t>& pages = it->second.pages;
+  release(it->second.pages);
+  requests_.erase(it);
+}
+
+void KVPool::retain(const std::vector<int32_t>& pages) {
+  for (int32_t p : pages) {
+    if (p < 0 || p >= cfg_.num_pages) fail("KV pool: cannot retain page {} outside [0, {})", p, cfg_.num_pages);
+    if (refs_[size_t(p)] == 0) fail("KV pool: cannot retain page {}: it is free", p);
+  }
+  for (int32_t p : pages) ++refs_[size_t(p)];
+}
+
+void KVPool::release(const std::vector<int32_t>& pages) {
+  // Checked first: every page must be held at least as many times as it appears.
+  std::vector<int32_t> sorted = pages;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0, j; i < sorted.size(); i = j) {
+    const int32_t p = sorted[i];
+    for (j = i; j < sorted.size() && sorted[j] == p;) ++j;
+    if (p < 0 || p >= cfg_.num_pages) fail("KV pool: cannot release page {} outside [0, {})", p, cfg_.num_pages);
+    if (refs_[size_t(p)] < int32_t(j - i))
+      fail("KV pool: cannot release page {} {} times: it has {} holders", p, j - i, refs_[size_t(p)]);
+  }
   free_list_.reserve(free_list_.size() + pages.size());  // may throw before any change
   // Pushed in reverse so the next request gets them back in the same order.
-  for (auto p = pages.rbegin(); p != pages.rend(); ++p) free_list_.push_back(*p);
-  requests_.erase(it);
+  for (auto p = pages.rbegin(); p != pages.rend(); ++p)
+    if (--refs_[size_t(*p)] == 0) free_list_.push_back(*p);
+}
+
+int32_t KVPool::ref_count(int32_t page) const {
+  if (page < 0 || page >= cfg_.num_pages) fail("KV pool: page {} outside [0, {})", page, cfg_.num_pages);
+  return refs_[size_t(page)];
 }
 
 int64_t KVPool::capacity(RequestId id) const {

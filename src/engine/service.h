@@ -113,4 +113,25 @@ class Service {
   virtual int32_t eos_token_id() const = 0;
 };
 
+// How the engine behind a Service runs (docs/engine.md).
+struct ServiceOptions {
+  std::string platform = "cpu";  // cpu | cuda | rocm
+  std::string dtype = "f32";     // activations and weights: f32 | bf16 (| f64 on the CPU)
+  std::string kv_dtype = "f32";  // latent KV pool: f32 | bf16 | fp8_e4m3fn
+  std::string method = "auto";   // auto (the backend's handler per batch) or a method forced for all
+  std::string backend;           // attention backend rules; empty: the platform's default
+  int64_t page_size = 16;        // KV pool page (the CUDA kernels take 64)
+  int64_t kv_tokens = 65536;     // KV pool capacity in tokens, over all requests and the cache
+  int64_t token_budget = 2048;   // tokens per scheduler step
+  int64_t prefill_chunk = 512;   // chunked prefill (0: a prompt in one chunk)
+  int64_t max_running = 64;      // sequences running at once
+  int64_t max_queue = 1024;      // requests waiting; submit() past it throws QueueFullError
+  bool prefix_cache = true;      // the radix prefix cache
+  std::string policy = "fcfs";   // fcfs | lpm (longest prefix match first)
+};
+
+// Loads the HF checkpoint in `model_dir` (eos_token_id from generation_config.json, else
+// config.json) and starts the scheduler thread. Throws Error (one line) for a bad option or model.
+std::unique_ptr<Service> open_service(const std::string& model_dir, const ServiceOptions& opt);
+
 }  // namespace mla::engine

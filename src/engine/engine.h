@@ -1,4 +1,4 @@
-// mla/engine.h — the engine loop: requests with their token ids, batches through the model and
+// src/engine/engine.h — the engine loop: requests with their token ids, batches through the model and
 // the latent KV pool, prefill (optionally chunked) then decode.
 #pragma once
 #include <map>
@@ -24,7 +24,9 @@ struct StepRequest {
 };
 
 struct StepResult {
-  std::vector<float> logits;  // [Σ new tokens, vocab_size], request after request
+  // [Σ new tokens, vocab_size], request after request; with last_only, [requests, vocab_size]:
+  // the row of each request's last new token.
+  std::vector<float> logits;
   ForwardMethod method = ForwardMethod::MLA;
 };
 
@@ -32,13 +34,20 @@ class Engine {
  public:
   Engine(Model& model, const EngineOptions& opt);
   const KVPool& pool() const { return *pool_; }
+  KVPool& pool() { return *pool_; }  // the scheduler and the prefix cache share pages through it
   Model& model() const { return model_; }
+  const EngineOptions& options() const { return opt_; }
+  // The method `b` would run by (the handlers and the resolution, exactly as step() chooses).
+  ForwardMethod method_for(const Batch& b) const { return model_.choose_method(b, opt_.forward); }
 
   // Runs one batch. Checks everything first (ids, modes, pool space); on Error nothing changed.
-  StepResult step(ForwardMode mode, const std::vector<StepRequest>& reqs);
+  StepResult step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only = false);
   // Tokens request `id` holds (0 if unknown).
   int64_t length(RequestId id) const;
   void release(RequestId id);  // frees every slot of the request
+  // Creates request `id` holding the whole pages `shared` (held by another request or the prefix
+  // cache) as its first shared.size() · page_size tokens (KVPool::adopt).
+  void adopt(RequestId id, const std::vector<int32_t>& shared);
 
   // One request, whole: prefill ids[0, decode_from) in chunks of `prefill_chunk` (0: one chunk)
   // in EXTEND mode, then ids[decode_from, ...) one at a time in DECODE mode. Returns the logits

@@ -1,5 +1,5 @@
-// The engine loop: batches of requests through the model and the KV pool.
-#include "mla/engine.h"
+// src/engine/engine.cpp — the engine loop: batches of requests through the model and the KV pool.
+#include "engine/engine.h"
 
 #include <set>
 
@@ -27,7 +27,19 @@ void Engine::release(RequestId id) {
   lengths_.erase(id);
 }
 
-StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs) {
+void Engine::adopt(RequestId id, const std::vector<int32_t>& shared) {
+  if (lengths_.count(id)) fail("engine: request {} exists", id);
+  const int64_t n = int64_t(shared.size()) * opt_.page_size;
+  pool_->adopt(id, shared, n);
+  try {
+    lengths_[id] = n;
+  } catch (...) {
+    pool_->free(id);
+    throw;
+  }
+}
+
+StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only) {
   const ModelConfig& c = model_.config();
   if (reqs.empty()) fail("engine: empty batch (no requests)");
   Batch b{mode, {}};
@@ -56,6 +68,14 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs) 
   for (const BatchRequest& r : b.requests) lengths_[r.id] = r.prefix_len + r.new_len;
   StepResult res;
   res.method = out.method;
+  if (last_only) {
+    std::vector<int32_t> rows;  // the last new token of each request
+    int64_t end = 0;
+    for (const BatchRequest& r : b.requests) rows.push_back(int32_t((end += r.new_len) - 1));
+    Tensor last = model_.ops().empty(DType::F32, {int64_t(rows.size()), c.vocab_size});  // [requests, vocab]
+    model_.ops().gather_rows(out.logits, rows, last);
+    out.logits = std::move(last);
+  }
   Tensor host = model_.ops().download(out.logits);
   res.logits.assign(host.ptr<float>(), host.ptr<float>() + host.numel());
   return res;

@@ -1,0 +1,229 @@
+// src/engine/service.cpp — the Service: one scheduler thread over a Scheduler; submit, abort,
+// flush and shutdown enqueue commands that the thread applies between steps.
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/service_impl.h"
+#include "mla/error.h"
+#include "mla/platform_ops.h"
+
+namespace mla::engine {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::STOP: return "stop";
+    case FinishReason::LENGTH: return "length";
+    case FinishReason::ABORT: return "abort";
+    case FinishReason::NONE: break;
+  }
+  return "";
+}
+
+namespace {
+
+class ServiceImpl : public Service {
+ public:
+  ServiceImpl(Engine& engine, const SchedulerOptions& opt) : sched_(engine, opt) {
+    publish();
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~ServiceImpl() override { shutdown(false); }
+
+  RequestHandle submit(GenerateRequest req, std::function<void(const RequestUpdate&)> on_update) override {
+    sched_.validate(req);  // reads only what never changes
+    std::lock_guard lk(mu_);
+    if (stopping_) fail("the engine is shutting down");
+    if (int64_t(pending_.size()) + waiting_ >= sched_.options().max_queue)
+      throw QueueFullError(fmt::format("the request queue is full ({} waiting)", sched_.options().max_queue));
+    const RequestHandle h = next_handle_++;
+    pending_.push_back({h, std::move(req), std::move(on_update)});
+    cv_.notify_all();
+    return h;
+  }
+  void abort(RequestHandle h) override {
+    std::lock_guard lk(mu_);
+    aborts_.push_back(h);
+    cv_.notify_all();
+  }
+  MetricsSnapshot metrics() const override {
+    std::lock_guard lk(mu_);
+    MetricsSnapshot m = snapshot_;
+    m.requests_waiting += int64_t(pending_.size());
+    return m;
+  }
+  void flush_cache() override {
+    std::lock_guard lk(mu_);
+    flush_ = true;
+    cv_.notify_all();
+  }
+  void shutdown(bool drain) override {
+    {
+      std::lock_guard lk(mu_);
+      if (!stopping_) {
+        stopping_ = true;
+        drain_ = drain;
+      } else if (!drain) {
+        drain_ = false;  // a later shutdown(false) turns a drain into an abort
+      }
+      cv_.notify_all();
+    }
+    std::lock_guard join_lk(join_mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+  int64_t vocab_size() const override { return sched_.engine().model().config().vocab_size; }
+  int64_t max_context() const override { return sched_.max_context(); }
+  int32_t eos_token_id() const override { return sched_.options().eos_token_id; }
+
+ private:
+  struct Pending {
+    RequestHandle h;
+    GenerateRequest req;
+    std::function<void(const RequestUpdate&)> cb;
+  };
+
+  void publish() {  // under mu_ or before the thread starts
+    const SchedulerStats& st = sched_.stats();
+    MetricsSnapshot m;
+    m.requests_running = sched_.running_sequences();
+    m.requests_waiting = sched_.waiting_requests();
+    m.kv_cache_usage = sched_.kv_cache_usage();
+    m.prefix_cache_queries = st.prefix_cache_queries;
+    m.prefix_cache_hits = st.prefix_cache_hits;
+    m.prompt_tokens = st.prompt_tokens;
+    m.generation_tokens = st.generation_tokens;
+    m.steps_per_method = st.steps_per_method;
+    m.time_to_first_token = st.time_to_first_token;
+    m.inter_token_latency = st.inter_token_latency;
+    snapshot_ = std::move(m);
+    waiting_ = snapshot_.requests_waiting;
+  }
+
+  void loop() {
+    for (;;) {
+      std::vector<Pending> add;
+      std::vector<RequestHandle> aborts;
+      bool flush = false, stop = false, drain = true;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return !pending_.empty() || !aborts_.empty() || flush_ || stopping_ || !sched_.idle(); });
+        add.swap(pending_);
+        aborts.swap(aborts_);
+        flush = flush_;
+        flush_ = false;
+        stop = stopping_;
+        drain = drain_;
+      }
+      for (Pending& p : add) {
+        try {
+          sched_.add(p.h, std::move(p.req), p.cb);
+        } catch (const std::exception& e) {  // validated at submit; kept for safety
+          RequestUpdate u;
+          u.finished = true;
+          u.error = e.what();
+          if (p.cb) p.cb(u);
+        }
+      }
+      for (RequestHandle h : aborts) sched_.abort(h);
+      if (stop && !drain) sched_.abort_all();
+      if (flush) sched_.flush_cache();
+      try {
+        sched_.step();
+      } catch (const std::exception& e) {
+        // A scheduler fault fails every request rather than leaving clients waiting.
+        sched_.abort_all();
+      }
+      {
+        std::lock_guard lk(mu_);
+        publish();
+        if (stop && sched_.idle() && pending_.empty()) return;
+      }
+    }
+  }
+
+  Scheduler sched_;
+  mutable std::mutex mu_;
+  std::mutex join_mu_;
+  std::condition_variable cv_;
+  std::vector<Pending> pending_;
+  std::vector<RequestHandle> aborts_;
+  bool flush_ = false, stopping_ = false, drain_ = true;
+  int64_t waiting_ = 0;
+  RequestHandle next_handle_ = 1;
+  MetricsSnapshot snapshot_;
+  std::thread thread_;
+};
+
+// A Service that owns its platform, model and engine.
+class OwningService : public Service {
+ public:
+  OwningService(std::unique_ptr<Ops> ops, LoadedModel lm, const EngineOptions& eo, const SchedulerOptions& so)
+      : ops_(std::move(ops)), lm_(std::move(lm)), engine_(*lm_.model, eo), inner_(make_service(engine_, so)) {}
+  ~OwningService() override { inner_->shutdown(false); }
+  RequestHandle submit(GenerateRequest req, std::function<void(const RequestUpdate&)> cb) override {
+    return inner_->submit(std::move(req), std::move(cb));
+  }
+  void abort(RequestHandle h) override { inner_->abort(h); }
+  MetricsSnapshot metrics() const override { return inner_->metrics(); }
+  void flush_cache() override { inner_->flush_cache(); }
+  void shutdown(bool drain) override { inner_->shutdown(drain); }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  int64_t max_context() const override { return inner_->max_context(); }
+  int32_t eos_token_id() const override { return inner_->eos_token_id(); }
+
+ private:
+  std::unique_ptr<Ops> ops_;
+  LoadedModel lm_;
+  Engine engine_;
+  std::unique_ptr<Service> inner_;
+};
+
+// eos_token_id of generation_config.json, else config.json (an id or a list: the first); -1: none.
+int32_t read_eos(const std::string& dir) {
+  for (const char* f : {"/generation_config.json", "/config.json"}) {
+    std::ifstream in(dir + f);
+    if (!in) continue;
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) continue;
+    const nlohmann::json& e = j["eos_token_id"];
+    if (e.is_number_integer()) return e.get<int32_t>();
+    if (e.is_array() && !e.empty() && e[0].is_number_integer()) return e[0].get<int32_t>();
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::unique_ptr<Service> make_service(Engine& engine, const SchedulerOptions& opt) {
+  return std::make_unique<ServiceImpl>(engine, opt);
+}
+
+std::unique_ptr<Service> open_service(const std::string& model_dir, const ServiceOptions& o) {
+  const Platform p = parse_platform(o.platform);
+  const DType act = parse_dtype(o.dtype), kv = parse_dtype(o.kv_dtype);
+  EngineOptions eo;
+  eo.kv_dtype = kv;
+  eo.page_size = o.page_size;
+  eo.max_tokens = o.kv_tokens;
+  if (o.method != "auto") eo.forward.method = parse_method(o.method);
+  eo.forward.dispatch.backend = o.backend;
+  if (!o.backend.empty()) select_method({}, eo.forward.dispatch, p);  // an unknown backend throws here
+  SchedulerOptions so;
+  so.token_budget = o.token_budget;
+  so.prefill_chunk = o.prefill_chunk;
+  so.max_running = o.max_running;
+  so.max_queue = o.max_queue;
+  so.prefix_cache = o.prefix_cache;
+  so.policy = parse_policy(o.policy);
+  so.eos_token_id = read_eos(model_dir);
+  std::unique_ptr<Ops> ops = make_ops(p, act);
+  LoadedModel lm = load_model(model_dir, *ops);
+  if (so.eos_token_id >= lm.config.vocab_size) so.eos_token_id = -1;
+  return std::make_unique<OwningService>(std::move(ops), std::move(lm), eo, so);
+}
+
+}  // namespace mla::engine
