@@ -54,5 +54,7 @@ void add_inspect_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
 void add_serve_command(CLI::App& app, int& rc);
 void add_bench_serve_command(CLI::App& app, int& rc);
+void add_tokenize_command(CLI::App& app, int& rc);
+void add_detokenize_command(CLI::App& app, int& rc);
 
 }  // namespace mla::cli

@@ -325,12 +325,16 @@ void parse_pre_into(const nlohmann::json& j, std::vector<PreTokenizer>& out, con
     else if (b == "Contiguous") p.behavior = SplitBehavior::Contiguous;
     else fail("tokenizer.json: {}.behavior '{}' is not supported", where, j.value("behavior", nlohmann::json()).dump());
     p.invert = bool_field(j, "invert", false, where);
+  } else if (type == "Digits") {
+    // HF splits on char::is_numeric (Nd, Nl, No): one piece per digit, or per run of digits.
+    p.kind = PreTokenizer::Kind::Split;
+    p.regex = std::make_shared<Regex>(bool_field(j, "individual_digits", false, where) ? "\\p{N}" : "\\p{N}+", where);
   } else if (type == "ByteLevel") {
     p.kind = PreTokenizer::Kind::ByteLevel;
     p.add_prefix_space = bool_field(j, "add_prefix_space", true, where);
     p.use_regex = bool_field(j, "use_regex", true, where);
   } else {
-    fail("tokenizer.json: {}.type '{}' is not supported (supported: Sequence, Split, ByteLevel)", where, type);
+    fail("tokenizer.json: {}.type '{}' is not supported (supported: Sequence, Split, Digits, ByteLevel)", where, type);
   }
   out.push_back(std::move(p));
 }

@@ -30,6 +30,7 @@ void parse_added(const json& j, TokenizerImpl& t) {
   if (j.is_null()) return;
   if (!j.is_array()) fail("tokenizer.json: added_tokens is not an array");
   size_t k = 0;
+  int64_t max_added = -1;
   for (const auto& a : j) {
     const std::string where = fmt::format("added_tokens[{}]", k++);
     if (!a.is_object()) fail("tokenizer.json: {} is not an object", where);
@@ -48,18 +49,29 @@ void parse_added(const json& j, TokenizerImpl& t) {
     tok.rstrip = opt_bool(a, "rstrip", false, where);
     tok.single_word = opt_bool(a, "single_word", false, where);
     if (tok.content.empty()) continue;  // HF ignores empty added tokens
-    auto in_model = t.bpe.vocab.find(tok.content);
-    if (in_model != t.bpe.vocab.end() && in_model->second != tok.id)
-      fail("tokenizer.json: {}: '{}' has id {} but model.vocab gives it {}", where, tok.content, tok.id, in_model->second);
-    if (auto prev = t.added_by_content.find(tok.content); prev != t.added_by_content.end()) {
-      if (prev->second != tok.id) fail("tokenizer.json: {}: '{}' is added twice with different ids", where, tok.content);
-      continue;
+    if (t.added_by_content.count(tok.content)) fail("tokenizer.json: {}: '{}' is added twice", where, tok.content);
+    // The id HF gives the token: its model id, else the next one after the model and the tokens so
+    // far. A file that says otherwise would encode differently in HF: refused.
+    int64_t hf_id;
+    if (auto in_model = t.bpe.vocab.find(tok.content); in_model != t.bpe.vocab.end()) {
+      hf_id = in_model->second;
+    } else {
+      const auto model_size = int64_t(t.bpe.vocab.size());
+      hf_id = max_added < 0 ? model_size : (max_added >= model_size || model_size == 0 ? max_added + 1 : model_size);
     }
-    if (t.added_by_id.count(tok.id)) fail("tokenizer.json: {}: id {} is given to two added tokens", where, tok.id);
+    if (hf_id != tok.id)
+      fail("tokenizer.json: {}.id {} for '{}' is not the id HF tokenizers assigns ({})", where, tok.id, tok.content, hf_id);
+    max_added = std::max<int64_t>(max_added, tok.id);
     t.added_by_content[tok.content] = tok.id;
     t.added_by_id[tok.id] = t.added.size();
     t.added.push_back(std::move(tok));
   }
+  std::unordered_map<std::string, bool> special_contents;
+  for (auto& tok : t.added) {
+    tok.decode_form = tok.normalized ? apply_normalizers(t.normalizers, tok.content) : tok.content;
+    if (tok.special) special_contents[tok.content] = true;
+  }
+  for (auto& tok : t.added) tok.skip_in_decode = special_contents.count(tok.decode_form) > 0;
   // The matchers: special tokens first, then the others (HF's order), split by `normalized`.
   for (int pass = 0; pass < 2; ++pass)
     for (size_t i = 0; i < t.added.size(); ++i) {
@@ -158,9 +170,13 @@ std::string read_file(const std::string& path) {
 }
 
 // The per-thread word cache, for the tokenizer that used this thread last.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+};
 struct WordCache {
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>> map;
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
 };
 constexpr size_t kCacheMaxWords = 1 << 16;
 constexpr size_t kCacheMaxWordBytes = 256;
@@ -232,8 +248,13 @@ void TokenizerImpl::encode_into(std::string_view text, std::vector<int32_t>& out
   if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
     fail("text is not valid UTF-8: bad byte 0x{:02x} at byte offset {}", uint8_t(text[bad]), bad);
   if (text.size() > UINT32_MAX / 4) fail("text of {} bytes is too long to tokenize", text.size());
-  std::string arena(text);
-  std::vector<Piece> pieces, next;
+  // Per-thread scratch, reused from call to call.
+  thread_local std::string arena;
+  thread_local std::vector<Piece> pieces, next;
+  thread_local std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  arena.assign(text);
+  pieces.clear();
+  next.clear();
   if (!text.empty()) pieces.push_back({0, uint32_t(text.size()), -1});
 
   // 1. Added tokens that match the raw text.
@@ -261,7 +282,6 @@ void TokenizerImpl::encode_into(std::string_view text, std::vector<int32_t>& out
     next.clear();
   }
   // 3. The pre-tokenizers, each over the pieces the previous one left.
-  std::vector<std::pair<uint32_t, uint32_t>> ranges;
   for (const auto& pre : pre_tokenizers) {
     for (const auto& p : pieces) {
       if (p.id >= 0) { next.push_back(p); continue; }
@@ -301,16 +321,14 @@ void TokenizerImpl::encode_into(std::string_view text, std::vector<int32_t>& out
     if (p.id >= 0) { out.push_back(p.id); continue; }
     const std::string_view w(arena.data() + p.b, p.e - p.b);
     if (w.size() > kCacheMaxWordBytes) { bpe.tokenize(w, byte_level, out); continue; }
-    thread_local std::string key;
-    key.assign(w);
-    if (auto it = cache.map.find(key); it != cache.map.end()) {
+    if (auto it = cache.map.find(w); it != cache.map.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       continue;
     }
     const size_t before = out.size();
     bpe.tokenize(w, byte_level, out);
     if (cache.map.size() >= kCacheMaxWords) cache.map.clear();
-    cache.map.emplace(key, std::vector<int32_t>(out.begin() + std::ptrdiff_t(before), out.end()));
+    cache.map.emplace(std::string(w), std::vector<int32_t>(out.begin() + std::ptrdiff_t(before), out.end()));
   }
 }
 
@@ -438,10 +456,16 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std:
   return out;
 }
 
+bool TokenizerImpl::skipped_in_decode(int32_t id) const {
+  auto it = added_by_id.find(id);
+  return it != added_by_id.end() && added[it->second].skip_in_decode;
+}
+
 std::string Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
   const std::string* tok = impl_->token_string(id);
   if (!tok) fail("token id {} is not in the vocabulary (size {})", id, impl_->vocab_size);
-  if (skip_special_tokens && is_special(id)) return {};
+  if (skip_special_tokens && impl_->skipped_in_decode(id)) return {};
+  if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end()) tok = &impl_->added[it->second].decode_form;
   if (impl_->decoder != DecoderKind::ByteLevel) return *tok;
   std::string bytes;
   for (size_t i = 0; i < tok->size();) {
@@ -457,7 +481,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   bool first = true;
   for (int32_t id : ids) {
     std::string b = token_bytes(id, skip_special_tokens);
-    if (skip_special_tokens && is_special(id)) continue;
+    if (skip_special_tokens && impl_->skipped_in_decode(id)) continue;
     if (impl_->decoder == DecoderKind::None && !first) bytes += ' ';
     bytes += b;
     first = false;
@@ -498,7 +522,7 @@ StreamDecoder::StreamDecoder(const Tokenizer& t, bool skip_special_tokens) : tok
 
 std::string StreamDecoder::push(int32_t id) {
   std::string b = tok_->token_bytes(id, skip_);
-  if (skip_ && tok_->is_special(id)) return {};
+  if (skip_ && tok_->impl().skipped_in_decode(id)) return {};
   if (tok_->impl().decoder == DecoderKind::None && !first_) pending_ += ' ';
   first_ = false;
   pending_ += b;

@@ -108,6 +108,11 @@ struct AddedToken {
   int32_t id;
   std::string content;
   bool special = false, normalized = true, lstrip = false, rstrip = false, single_word = false;
+  // What decoding sees (HF's normalized_cache): the normalized content for a normalized token the
+  // normalizer changes, else the content; skipped by skip_special_tokens when that string is the
+  // content of a special token.
+  std::string decode_form;
+  bool skip_in_decode = false;
 };
 // Leftmost-longest matching of a set of strings (a byte trie).
 class Trie {
@@ -150,6 +155,7 @@ struct TokenizerImpl {
 
   void encode_into(std::string_view text, std::vector<int32_t>& out) const;
   const std::string* token_string(int32_t id) const;  // null when the id is not in the vocabulary
+  bool skipped_in_decode(int32_t id) const;           // left out by skip_special_tokens
 };
 
 }  // namespace mla::text
