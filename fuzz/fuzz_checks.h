@@ -19,6 +19,8 @@
 #include "mla/error.h"
 #include "mla/model_config.h"
 #include "mla/safetensors.h"
+#include "text/chat_template.h"
+#include "text/jinja.h"
 
 #define MLA_FUZZ_REQUIRE(cond) ::mla::fuzz::require((cond), #cond, __FILE__, __LINE__)
 
@@ -143,6 +145,37 @@ inline void cli_text(const uint8_t* data, size_t size) {
   try {
     for (int64_t x : cli::parse_id_text(text, "--prompt-file")) MLA_FUZZ_REQUIRE(x >= 0);
   } catch (const cli::UsageError& e) {
+    check_one_line(e.what());
+  }
+}
+
+// A chat template's text: it parses, or fails with a one-line mla::Error; a parsed template renders
+// a fixed conversation (system, user, an assistant turn with tool calls and no content, two tool
+// results, reasoning, tools given) with and without the generation prompt, or fails the same way.
+inline void chat_template_text(const uint8_t* data, size_t size) {
+  static const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "content": "{\"temp\": 21}", "tool_call_id": "c1"},
+    {"role": "tool", "content": "sunny"},
+    {"role": "assistant", "content": "<think>warm</think>21 °C, sunny.", "reasoning_content": "warm"},
+    {"role": "user", "content": "Thanks! 日本語 🙂"}])");
+  static const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  const std::string source(reinterpret_cast<const char*>(data), size);
+  try {
+    const text::ChatTemplate t(source, "<s>", "</s>");
+    for (bool agp : {false, true}) {
+      try {
+        const std::string out = t.render(messages, agp, tools, nlohmann::ordered_json{{"thinking", agp}});
+        MLA_FUZZ_REQUIRE(out.size() <= (size_t(64) << 20));
+      } catch (const Error& e) {
+        check_one_line(e.what());
+      }
+    }
+  } catch (const Error& e) {
     check_one_line(e.what());
   }
 }

@@ -7,12 +7,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-fuzz}
 SECS=${FUZZ_SECONDS:-60}
-TARGETS=${FUZZ_TARGETS:-"fuzz_safetensors fuzz_safetensors_index fuzz_config fuzz_cli_ids"}
+TARGETS=${FUZZ_TARGETS:-"fuzz_safetensors fuzz_safetensors_index fuzz_config fuzz_cli_ids fuzz_chat_template"}
 status=0
 for t in $TARGETS; do
   mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes"
   dict=()
-  [ "$t" != fuzz_cli_ids ] && dict=(-dict=fuzz/json.dict)
+  case $t in
+    fuzz_cli_ids) ;;
+    fuzz_chat_template) dict=(-dict=fuzz/jinja.dict) ;;
+    *) dict=(-dict=fuzz/json.dict) ;;
+  esac
   log="$BUILD/$t.log"
   "$BUILD/bin/$t" -max_total_time="$SECS" -timeout=10 -print_final_stats=1 ${FUZZ_SEED:+-seed=$FUZZ_SEED} \
     -artifact_prefix="$BUILD/crashes/$t-" "${dict[@]}" "$BUILD/corpus/$t" "fuzz/corpus/$t" \

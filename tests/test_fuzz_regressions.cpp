@@ -65,6 +65,10 @@ TEST(FuzzCorpus, CliSeedsParseOrFailCleanly) {
   EXPECT_GE(replay("fuzz_cli_ids", fuzz::cli_text), 5);
 }
 
+TEST(FuzzCorpus, ChatTemplateSeedsParseOrFailCleanly) {
+  EXPECT_GE(replay("fuzz_chat_template", fuzz::chat_template_text), 5);
+}
+
 // ---- one test per bug ----------------------------------------------------------------------
 
 std::string error_of(const std::function<void()>& f) {

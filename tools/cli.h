@@ -56,5 +56,6 @@ void add_serve_command(CLI::App& app, int& rc);
 void add_bench_serve_command(CLI::App& app, int& rc);
 void add_tokenize_command(CLI::App& app, int& rc);
 void add_detokenize_command(CLI::App& app, int& rc);
+void add_chat_template_command(CLI::App& app, int& rc);
 
 }  // namespace mla::cli

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   add_bench_serve_command(app, rc);
   add_tokenize_command(app, rc);
   add_detokenize_command(app, rc);
+  add_chat_template_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
