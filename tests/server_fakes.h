@@ -75,12 +75,12 @@ class ByteText : public TextModel {
   std::unique_ptr<Stream> stream(bool skip_special) const override { return std::make_unique<ByteStream>(skip_special); }
   bool has_chat_template() const override { return true; }
   // "<role>: content\n" per message, then "assistant:" (+ "<think>" when think_open).
-  std::string render_chat(const nlohmann::json& messages, bool add_generation_prompt,
-                          const nlohmann::json& tools) const override {
+  std::string render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                          const nlohmann::ordered_json& tools, const nlohmann::ordered_json& kwargs) const override {
     std::string s;
     for (const auto& m : messages) s += m["role"].get<std::string>() + ": " + m.value("content", "") + "\n";
     if (!tools.is_null()) s += "tools: " + tools.dump() + "\n";
-    if (add_generation_prompt) s += think_open ? "assistant:<think>" : "assistant:";
+    if (add_generation_prompt) s += think_open || kwargs.value("thinking", false) ? "assistant:<think>" : "assistant:";
     return s;
   }
   bool think_open = false;

@@ -133,7 +133,7 @@ void parse_prompts(const json& body, ParsedRequest& r) {
   }
 }
 
-void parse_messages(const json& body, ParsedRequest& r) {
+void parse_messages(const json& body, const ojson& ordered, ParsedRequest& r) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) throw bad_request("'messages' is required", "messages");
   if (!it->is_array() || it->empty()) Reader::bad("messages", "a non-empty list of messages", *it);
@@ -156,13 +156,13 @@ void parse_messages(const json& body, ParsedRequest& r) {
       throw bad_request(fmt::format("'{}.content' must be a string, a list of parts or null", key), "messages");
   }
   // Content given as parts: the text parts joined (what the chat template expects).
-  r.messages = json::array();
-  for (const json& m : *it) {
-    json c = m;
+  r.messages = ojson::array();
+  for (const ojson& m : ordered["messages"]) {
+    ojson c = m;
     auto content = m.find("content");
     if (content != m.end() && content->is_array()) {
       std::string text;
-      for (const json& part : *content) {
+      for (const ojson& part : *content) {
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
           throw bad_request("only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", "messages");
         text += part["text"].get<std::string>();
@@ -177,13 +177,13 @@ void parse_messages(const json& body, ParsedRequest& r) {
       if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
           !tool["function"].contains("name") || !tool["function"]["name"].is_string())
         throw bad_request("each of 'tools' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
-    r.tools = *t;
+    r.tools = ordered["tools"];
   }
   if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
     if (tc->is_string()) {
       const std::string s = tc->get<std::string>();
       if (s != "none" && s != "auto" && s != "required") Reader::bad("tool_choice", "none, auto or required", *tc);
-      if (s == "none") r.tools = json();
+      if (s == "none") r.tools = ojson();
     } else if (!tc->is_object()) {
       Reader::bad("tool_choice", "none, auto, required or a function object", *tc);
     }
@@ -204,8 +204,15 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text) {
   r.endpoint = endpoint;
   Reader f(body);
   if (auto m = f.string("model")) r.model = *m;
-  if (endpoint == Endpoint::COMPLETIONS) parse_prompts(body, r);
-  else parse_messages(body, r);
+  if (endpoint == Endpoint::COMPLETIONS) {
+    parse_prompts(body, r);
+  } else {
+    parse_messages(body, ojson::parse(body_text), r);
+    if (const json* kw = f.find("chat_template_kwargs")) {
+      if (!kw->is_object()) Reader::bad("chat_template_kwargs", "an object", *kw);
+      r.chat_template_kwargs = ojson::parse(body_text)["chat_template_kwargs"];
+    }
+  }
 
   engine::SamplingParams& p = r.params;
   if (auto v = f.number("temperature", 0, 1e6, "a number >= 0")) p.temperature = *v;
@@ -296,7 +303,7 @@ std::vector<std::vector<int32_t>> tokenize_prompts(ParsedRequest& r, const TextM
       throw bad_request("chat completions need a chat template, and this model's tokenizer has none", "messages");
     std::string prompt;
     try {
-      prompt = text->render_chat(r.messages, r.add_generation_prompt, r.tools);
+      prompt = text->render_chat(r.messages, r.add_generation_prompt, r.tools, r.chat_template_kwargs);
     } catch (const std::exception& e) {
       throw bad_request(fmt::format("the chat template failed on these messages: {}", e.what()), "messages");
     }

@@ -34,7 +34,7 @@ struct ParsedRequest {
   std::string model;
   // completions: each prompt is text or token ids; chat: messages (+ tools).
   std::vector<std::variant<std::string, std::vector<int64_t>>> prompts;
-  json messages, tools;
+  ojson messages, tools, chat_template_kwargs = ojson::object();  // chat, in the request's key order
   bool add_generation_prompt = true;
   std::string chat_prompt;      // chat: the rendered template (set by tokenize_prompts)
   bool reasoning_open = false;  // chat: the prompt ends inside "<think>" (R1-style templates)

@@ -26,9 +26,10 @@ class TextModel {
   };
   virtual std::unique_ptr<Stream> stream(bool skip_special_tokens) const = 0;
   virtual bool has_chat_template() const = 0;
-  // The prompt text of a conversation (OpenAI messages); tools: null or the request's tool list.
-  virtual std::string render_chat(const nlohmann::json& messages, bool add_generation_prompt,
-                                  const nlohmann::json& tools) const = 0;
+  // The prompt text of a conversation (OpenAI messages); tools: null or the request's tool list;
+  // kwargs: more template variables (the request's chat_template_kwargs, e.g. {"thinking": true}).
+  virtual std::string render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                  const nlohmann::ordered_json& tools, const nlohmann::ordered_json& kwargs) const = 0;
 };
 
 // The tokenizer (DIR/tokenizer.json) and, when DIR has one, the chat template; nullptr when DIR has
