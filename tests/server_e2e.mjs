@@ -35,6 +35,12 @@ function check(cond, what, extra) {
     console.log(`FAIL ${what}${extra !== undefined ? ": " + JSON.stringify(extra).slice(0, 400) : ""}`);
   }
 }
+let lapAt = Date.now();
+function lap(what) {  // the time each part took, for keeping the test fast
+  const now = Date.now();
+  console.log(`  ${what}: ${((now - lapAt) / 1000).toFixed(2)} s`);
+  lapAt = now;
+}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function startServer(name, args) {
@@ -115,15 +121,16 @@ async function idsTests() {
     check(!Number.isNaN(m0.get(name)), `/metrics has ${name}`);
   check(/# TYPE mla:time_to_first_token_seconds histogram/.test(m0.text), "TTFT histogram type line");
 
+  lap("start + health/models/metrics");
   // Non-streaming completion with token ids and return_token_ids.
-  const prompt = randomIds(12, rnd, vocab);
+  const prompt = randomIds(40, rnd, vocab);  // more than two 16-token pages: the repeat hits the cache
   const c = await client.completions.create({ model: "tiny", prompt, max_tokens: 8, temperature: 0, ignore_eos: true,
                                               return_token_ids: true });
   check(c.id.startsWith("cmpl-") && c.object === "text_completion" && c.model === "tiny" && c.created > 0,
         "completion envelope", c);
   check(c.choices.length === 1 && c.choices[0].index === 0 && c.choices[0].finish_reason === "length", "one choice, length", c.choices);
   check(c.choices[0].token_ids?.length === 8 && c.choices[0].token_ids.every((x) => x >= 0 && x < vocab), "8 token ids", c.choices[0]);
-  check(c.usage.prompt_tokens === 12 && c.usage.completion_tokens === 8 && c.usage.total_tokens === 20 &&
+  check(c.usage.prompt_tokens === 40 && c.usage.completion_tokens === 8 && c.usage.total_tokens === 48 &&
         Number.isInteger(c.usage.prompt_tokens_details?.cached_tokens), "usage", c.usage);
   // The same prompt again: its pages come from the prefix cache, the answer does not change.
   const c2 = await client.completions.create({ model: "tiny", prompt, max_tokens: 8, temperature: 0, ignore_eos: true,
@@ -131,6 +138,7 @@ async function idsTests() {
   check(JSON.stringify(c2.choices[0].token_ids) === JSON.stringify(c.choices[0].token_ids), "a prefix-cache hit keeps the answer");
   check(c2.usage.prompt_tokens_details.cached_tokens > 0, "cached_tokens after a repeat", c2.usage);
 
+  lap("non-streaming + cache repeat");
   // Streaming through the client, with usage.
   const stream = await client.completions.create({ model: "tiny", prompt, max_tokens: 8, temperature: 0, ignore_eos: true,
                                                    return_token_ids: true, stream: true,
@@ -157,6 +165,7 @@ async function idsTests() {
   check(events.every((e) => e.startsWith("data: ")) && events.at(-1) === "data: [DONE]" && raw.text.endsWith("\n\n"),
         "SSE framing", raw.text.slice(0, 300));
 
+  lap("streaming + raw SSE");
   // A batch of prompts × n: indices prompt-major, as OpenAI numbers them.
   const pa = randomIds(5, rnd, vocab), pb = randomIds(7, rnd, vocab);
   const b = await client.completions.create({ model: "tiny", prompt: [pa, pb], n: 2, max_tokens: 4, temperature: 0,
@@ -188,6 +197,7 @@ async function idsTests() {
   const firstStop = sa.indexOf(stopAt);
   check(st.choices[0].finish_reason === "stop" && st.choices[0].token_ids.length === firstStop + 1, "stop_token_ids", st.choices[0]);
 
+  lap("batch, n, logprobs, stop ids");
   // Served greedy ids equal `mla generate` alone, for 16 concurrent requests sharing prefixes.
   const shared = [randomIds(20, rnd, vocab), randomIds(33, rnd, vocab)];
   const prompts = Array.from({ length: 16 }, (_, i) => [...shared[i % 2].slice(0, 10 + i), ...randomIds(1 + (i % 5), rnd, vocab)]);
@@ -206,6 +216,7 @@ async function idsTests() {
     check(JSON.stringify(served[i]) === JSON.stringify(alone), `served = mla generate, request ${i}`, { served: served[i], alone });
   }
 
+  lap("16 concurrent vs mla generate");
   // An aborted stream: the request stops running and frees its pages.
   {
     const ctl = new AbortController();
@@ -217,6 +228,7 @@ async function idsTests() {
     check(await waitIdle(s, 3000), "an aborted stream stops running");
   }
 
+  lap("aborted stream");
   // Errors as OpenAI sends them, through the client...
   const err = async (f) => { try { await f(); return null; } catch (e) { return e; } };
   let e = await err(() => client.completions.create({ model: "tiny", prompt: [1, 2], max_tokens: -1 }));
@@ -254,6 +266,7 @@ async function idsTests() {
   check((await http(s, "GET", "/v1/nothing")).status === 404, "unknown route 404");
   check((await http(s, "GET", "/health")).status === 200, "still serving after the errors");
 
+  lap("errors");
   // 200 streams cancelled at random points (32 at a time): nothing runs afterwards, and after
   // /flush_cache the pool is empty.
   const cancelOne = async (i) => {
@@ -275,11 +288,13 @@ async function idsTests() {
   check(mf.get("mla:kv_cache_usage_perc") === 0, "the pool is empty after /flush_cache", mf.get("mla:kv_cache_usage_perc"));
   check(mf.get("mla:prefix_cache_hits_total") > 0, "prefix-cache hits counted", mf.get("mla:prefix_cache_hits_total"));
 
+  lap("200 cancelled streams + flush");
   // SIGTERM: exit 0.
   s.proc.kill("SIGTERM");
   const ex = await s.exited;
   check(ex.code === 0, "SIGTERM: exit 0", { ...ex, stderr: s.stderr.slice(-300) });
 
+  lap("SIGTERM");
   // A full queue answers 503 and the server keeps serving.
   const q = await startServer("queue", ["--max-queue", "1", "--max-running", "1", "--token-budget", "64"]);
   const long = { prompt: randomIds(30, rnd, vocab), max_tokens: 200, ignore_eos: true };
@@ -289,6 +304,7 @@ async function idsTests() {
   const r503 = rs.find((r) => r.status === 503);
   check(r503?.json?.error?.code === "queue_full", "503 error object", r503?.text);
   check((await http(q, "POST", "/v1/completions", { prompt: [1, 2], max_tokens: 2 })).status === 200, "serving after 503s");
+  lap("queue full");
   q.proc.kill("SIGINT");
   check((await q.exited).code === 0, "SIGINT: exit 0");
 }

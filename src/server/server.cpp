@@ -398,6 +398,10 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
 
 void Server::Impl::routes() {
   http.set_payload_max_length(64 << 20);
+  // Clients keep connections open between requests (the OpenAI clients do), for any number of
+  // requests; an idle one closes after 2 s, which also bounds how long stop() waits for idle ones.
+  http.set_keep_alive_max_count(1000000);
+  http.set_keep_alive_timeout(2);
   http.new_task_queue = [n = opt.http_threads] { return new httplib::ThreadPool(size_t(std::max(n, 2))); };
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (opt.api_key.empty() || req.path == "/health" || req.path == "/metrics")

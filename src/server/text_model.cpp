@@ -2,6 +2,7 @@
 #include "server/text_model.h"
 
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "text/chat_template.h"
