@@ -289,6 +289,21 @@ async function idsTests() {
   check(mf.get("mla:prefix_cache_hits_total") > 0, "prefix-cache hits counted", mf.get("mla:prefix_cache_hits_total"));
 
   lap("200 cancelled streams + flush");
+
+  // mla bench-serve: a shared-prefix workload at fixed concurrency, then Poisson arrivals.
+  for (const extra of [["--max-concurrency", "8"], ["--request-rate", "200"]]) {
+    const out = execFileSync(MLA, ["bench-serve", "--port", String(s.port), "--api-key", KEY, "--vocab-size", "256",
+                                   "--num-prompts", "24", "--input-len", "40", "--output-len", "8",
+                                   "--shared-prefix-len", "32", "--prefix-groups", "2", ...extra],
+                             { stdio: ["ignore", "pipe", "pipe"] }).toString();
+    const j = JSON.parse(out);
+    check(j.completed === 24 && j.failed === 0 && j.total_input_tokens === 24 * 40 && j.total_output_tokens === 24 * 8,
+          `bench-serve ${extra[0]}: counts`, j);
+    check(j.request_throughput > 0 && j.output_throughput > 0 && j.ttft_ms.mean > 0 && j.ttft_ms.p99 >= j.ttft_ms.median &&
+          j.tpot_ms.mean > 0 && j.itl_ms.median > 0, `bench-serve ${extra[0]}: latencies`, j);
+    check(j.prefix_cache_hit_rate > 0.5 && j.prefix_cache_hit_rate <= 1, `bench-serve ${extra[0]}: prefix hits`, j);
+  }
+  lap("bench-serve");
   // SIGTERM: exit 0.
   s.proc.kill("SIGTERM");
   const ex = await s.exited;

@@ -45,6 +45,7 @@ class ByteText : public TextModel {
     for (int32_t id : ids) s += bytes(id, skip_special);
     return s;
   }
+  std::string token_bytes(int32_t id) const override { return bytes(id, false); }
   class ByteStream : public Stream {
    public:
     explicit ByteStream(bool skip) : skip_(skip) {}

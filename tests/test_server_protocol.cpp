@@ -379,6 +379,9 @@ TEST(ServerOutput, LogprobsFormats) {
   EXPECT_EQ(ch["content"][0]["bytes"], ojson({97}));
   EXPECT_EQ(ch["content"][0]["top_logprobs"][1]["token"], "b");
   EXPECT_EQ(completion_logprobs(nullptr, lp, 0)["tokens"][0], "token_id:97");
+  // Part of a UTF-8 character: the text is a replacement character, the bytes are the token's own.
+  ojson part = chat_logprobs(&text, {{0xE2, -1.0f, {}}});
+  EXPECT_EQ(part["content"][0]["bytes"], ojson({0xE2}));
 }
 
 TEST(ServerMetrics, PrometheusText) {

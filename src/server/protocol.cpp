@@ -410,7 +410,9 @@ ojson completion_logprobs(const TextModel* text, const std::vector<engine::Token
 }
 
 namespace {
-ojson bytes_of(const std::string& s) {
+// A token's raw bytes (its text may be a replacement character when it holds part of one).
+ojson bytes_of(const TextModel* text, int32_t id) {
+  const std::string s = text ? text->token_bytes(id) : token_text(nullptr, id);
   ojson b = ojson::array();
   for (unsigned char c : s) b.push_back(int(c));
   return b;
@@ -424,11 +426,11 @@ ojson chat_logprobs(const TextModel* text, const std::vector<engine::TokenLogpro
     ojson e;
     e["token"] = s;
     e["logprob"] = t.logprob;
-    e["bytes"] = bytes_of(s);
+    e["bytes"] = bytes_of(text, t.id);
     ojson top = ojson::array();
     for (const auto& [id, l] : t.top) {
       const std::string a = token_text(text, id);
-      top.push_back(ojson{{"token", a}, {"logprob", l}, {"bytes", bytes_of(a)}});
+      top.push_back(ojson{{"token", a}, {"logprob", l}, {"bytes", bytes_of(text, id)}});
     }
     e["top_logprobs"] = top;
     content.push_back(e);

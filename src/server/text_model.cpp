@@ -20,6 +20,7 @@ class HfText : public TextModel {
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
     return tok_.decode(ids, skip_special_tokens);
   }
+  std::string token_bytes(int32_t id) const override { return tok_.token_bytes(id, false); }
   class HfStream : public Stream {
    public:
     HfStream(const text::Tokenizer& t, bool skip) : dec_(t, skip) {}

@@ -17,6 +17,8 @@ class TextModel {
   virtual ~TextModel() = default;
   virtual std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const = 0;
+  // One token's raw bytes (a byte-level token may hold part of a UTF-8 character): logprobs' "bytes".
+  virtual std::string token_bytes(int32_t id) const = 0;
   // Incremental detokenization: the concatenation of every push() and flush() equals decode().
   class Stream {
    public:
