@@ -219,6 +219,7 @@ async function idsTests() {
   lap("16 concurrent vs mla generate");
   // An aborted stream: the request stops running and frees its pages.
   {
+    const gen0 = (await metrics(s)).get("mla:generation_tokens_total");
     const ctl = new AbortController();
     const st2 = await client.completions.create({ model: "tiny", prompt: randomIds(40, rnd, vocab), max_tokens: ctx - 64,
                                                   ignore_eos: true, stream: true, return_token_ids: true },
@@ -226,6 +227,9 @@ async function idsTests() {
     let n = 0;
     try { for await (const ch of st2) { if (++n === 3) ctl.abort(); } } catch (e) { /* aborted */ }
     check(await waitIdle(s, 3000), "an aborted stream stops running");
+    // It stopped soon after the client left, far from its max_tokens.
+    const gen = (await metrics(s)).get("mla:generation_tokens_total") - gen0;
+    check(gen < (ctx - 64) / 2, "an aborted stream stops generating", gen);
   }
 
   lap("aborted stream");
@@ -274,15 +278,18 @@ async function idsTests() {
     const stopAfter = Math.floor(rnd() * 8);  // chunks before the cancel (0: before the first)
     try {
       const st3 = await client.completions.create({ model: "tiny", prompt: randomIds(8 + Math.floor(rnd() * 40), rnd, vocab),
-                                                    max_tokens: 200, ignore_eos: true, stream: true, return_token_ids: true },
+                                                    max_tokens: 400, ignore_eos: true, stream: true, return_token_ids: true },
                                                   { signal: ctl.signal });
       let n = 0;
       if (stopAfter === 0) ctl.abort();
       for await (const ch of st3) if (++n >= stopAfter) { ctl.abort(); break; }
     } catch (e) { if (!(e instanceof OpenAI.APIUserAbortError) && e?.name !== "AbortError") throw e; }
   };
+  const genBefore = (await metrics(s)).get("mla:generation_tokens_total");
   for (let i = 0; i < 200; i += 32) await Promise.all(Array.from({ length: Math.min(32, 200 - i) }, (_, k) => cancelOne(i + k)));
   check(await waitIdle(s, 5000), "no request runs after 200 cancelled streams");
+  const genCancelled = (await metrics(s)).get("mla:generation_tokens_total") - genBefore;
+  check(genCancelled < 200 * 40, "cancelled streams stop generating (of 200 × 400 tokens asked)", genCancelled);
   check((await http(s, "POST", "/flush_cache")).status === 200, "flush_cache 200");
   const mf = await metrics(s);
   check(mf.get("mla:kv_cache_usage_perc") === 0, "the pool is empty after /flush_cache", mf.get("mla:kv_cache_usage_perc"));
