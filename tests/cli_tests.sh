@@ -112,6 +112,12 @@ printf '121 3 1\n230,62 8\n145 59 214\n' >"$tmp/prompt.txt"
 expect generate_file 0 '^169,127,233$' -- generate --model "$M" --prompt-file "$tmp/prompt.txt" --max-new-tokens 3
 "$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 >"$tmp/s1" 2>/dev/null
 expect sampled_repeatable 0 "^$(cat "$tmp/s1")\$" -- generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3
+# The engine's sampler: top-k 1 and min-p 1 keep only the best token (greedy); seeds differ.
+expect sampled_top_k1 0 '^169,127,233,196,17,174$' -- generate --model "$M" --ids 121,3,1,230,62,8,145,59,214 --max-new-tokens 6 --temperature 1.5 --top-k 1 --seed 9
+expect sampled_min_p1 0 '^169,127,233,196,17,174$' -- generate --model "$M" --ids 121,3,1,230,62,8,145,59,214 --max-new-tokens 6 --temperature 1.5 --min-p 1 --seed 9
+"$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 1.5 --seed 4 >"$tmp/s2" 2>/dev/null
+"$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 1.5 --seed 5 >"$tmp/s3" 2>/dev/null
+cmp -s "$tmp/s2" "$tmp/s3" && { fail=$((fail + 1)); echo "FAIL seeds_differ"; } || pass=$((pass + 1))
 expect inspect 0 '^139 tensors, 338896 parameters' -- inspect --model "$M"
 expect inspect_kv 0 'kv cache per token: 144 values' -- inspect --model "$M"
 expect demo 0 '^OK: same tokens, same logits.$' -- demo
@@ -146,6 +152,7 @@ mkdir -p "$tmp/noconfig"
 bad no_config 1 "cannot open config" -- generate --model "$tmp/noconfig" --ids 3
 bad generate_bad_ids 2 "--ids: 'x' is not" -- generate --model "$M" --ids 3,x
 bad generate_both 2 "excludes|--prompt-file" -- generate --model "$M" --ids 3 --prompt-file "$tmp/prompt.txt"
+bad generate_bad_top_k 2 "--top-k must be >= 0" -- generate --model "$M" --ids 3 --top-k -1
 
 echo "cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

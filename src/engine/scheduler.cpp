@@ -130,7 +130,7 @@ int64_t Scheduler::chunk_end(const Seq& s) const {
   return std::min(s.prefill_end, s.chunk_origin + k * opt_.prefill_chunk);
 }
 
-void Scheduler::admit() {
+void Scheduler::admit(int64_t budget) {
   if (waiting_.empty()) return;
   std::vector<Seq*> order(waiting_.begin(), waiting_.end());
   if (opt_.policy == Policy::LPM && cache_) {
@@ -142,6 +142,7 @@ void Scheduler::admit() {
   KVPool& pool = engine_.pool();
   for (Seq* s : order) {
     if (int64_t(running_.size()) >= opt_.max_running) break;
+    if (budget <= 0 && !running_.empty()) break;  // the step's prefill budget is spent
     Request& q = *s->req;
     RadixCache::Match m;
     if (cache_) m = cache_->match_prefix(s->tokens, s->prefill_end - 1);
@@ -182,6 +183,7 @@ void Scheduler::admit() {
     stats_.prefix_cache_hits += m.tokens;
     running_.push_back(s);
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+    budget -= chunk_end(*s) - s->computed;
   }
 }
 
@@ -202,6 +204,21 @@ void Scheduler::fork_choices(Seq& parent) {
     c->admit_order = next_admit_++;
     running_.push_back(c.get());
   }
+}
+
+void Scheduler::cache_progress(Seq& s) {
+  // The whole pages computed so far enter the cache at once, so requests admitted meanwhile
+  // share them (the sequence keeps its own pages where the cache had the tokens already); the
+  // sequence then locks the deeper node instead of its old one.
+  if (!cache_) return;
+  const int64_t k = s.computed / ps_;
+  if (k == 0) return;
+  const std::vector<int32_t>& pp = engine_.pool().pages(s.pool_id);
+  cache_->insert(s.tokens, std::vector<int32_t>(pp.begin(), pp.begin() + k));
+  RadixCache::Match m = cache_->match_prefix(s.tokens, k * ps_);
+  cache_->lock(m.node);
+  if (s.lock) cache_->unlock(s.lock);
+  s.lock = m.node;
 }
 
 Scheduler::Seq* Scheduler::newest_running() { return running_.empty() ? nullptr : running_.back(); }
@@ -363,6 +380,7 @@ void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
         for (auto& c : s.req->seqs) pending |= c->state == State::FORK_PENDING;
         if (pending) fork_choices(s);
       }
+      if (mode == ForwardMode::EXTEND) cache_progress(s);
       if (s.computed == int64_t(s.tokens.size())) sample(s, r.logits.data() + i * size_t(vocab_));
     }
   }
@@ -416,7 +434,6 @@ int64_t Scheduler::flush_cache() { return cache_ ? cache_->flush() : 0; }
 
 bool Scheduler::step() {
   if (requests_.empty()) return false;
-  admit();
   KVPool& pool = engine_.pool();
   auto make_free = [&](int64_t pages) { return cache_ ? cache_->make_free(pages) : pool.free_pages() >= pages; };
 
@@ -438,9 +455,15 @@ bool Scheduler::step() {
   }
   int64_t reserved = decode_pages();
 
+  // Admission within what the step's budget leaves after the decodes and the running prefills.
+  int64_t budget = opt_.token_budget - int64_t(dec.size());
+  int64_t running_prefill = 0;
+  for (Seq* s : running_)
+    if (s->computed < s->prefill_end) running_prefill += chunk_end(*s) - s->computed;
+  admit(budget - running_prefill);
+
   // Prefill chunks within the budget, in admission order; chunk boundaries come from the
   // sequence alone (chunk_origin + k · prefill_chunk), never from the budget.
-  int64_t budget = opt_.token_budget - int64_t(dec.size());
   std::vector<Item> ext;
   for (Seq* s : running_) {
     if (s->computed >= s->prefill_end) continue;

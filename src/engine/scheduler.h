@@ -38,6 +38,7 @@ struct SchedulerOptions {
   int64_t decode_reserve = 16;  // tokens past the prompt a sequence's admission reserves
   int32_t eos_token_id = -1;    // -1: none
   int64_t max_choices = 16;     // n per request
+  int64_t cpu_threads = 0;      // Service: OpenMP threads of the scheduler thread (0: the default)
   // Called after every batch with its mode, method and new tokens (the CLI's method list).
   std::function<void(ForwardMode, ForwardMethod, int64_t)> on_batch;
 };
@@ -122,7 +123,8 @@ class Scheduler {
     int64_t begin, end;
   };
 
-  void admit();
+  void admit(int64_t budget);  // admits while the step's prefill budget lasts
+  void cache_progress(Seq& s);
   void fork_choices(Seq& parent);
   int64_t pages_to_hold(const Seq& s, int64_t tokens) const;  // more pages s needs to hold `tokens`
   int64_t chunk_end(const Seq& s) const;

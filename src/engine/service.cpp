@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "engine/service_impl.h"
 #include "mla/error.h"
@@ -104,6 +105,7 @@ class ServiceImpl : public Service {
   }
 
   void loop() {
+    if (sched_.options().cpu_threads > 0) omp_set_num_threads(int(sched_.options().cpu_threads));
     for (;;) {
       std::vector<Pending> add;
       std::vector<RequestHandle> aborts;
@@ -207,7 +209,7 @@ std::unique_ptr<Service> open_service(const std::string& model_dir, const Servic
   const DType act = parse_dtype(o.dtype), kv = parse_dtype(o.kv_dtype);
   EngineOptions eo;
   eo.kv_dtype = kv;
-  eo.page_size = o.page_size;
+  eo.page_size = o.page_size > 0 ? o.page_size : p == Platform::CUDA ? 64 : 16;
   eo.max_tokens = o.kv_tokens;
   if (o.method != "auto") eo.forward.method = parse_method(o.method);
   eo.forward.dispatch.backend = o.backend;

@@ -50,7 +50,10 @@ struct GenerateRequest {
   int64_t n = 1;                // choices; they share the prompt's pages
   // Called after each sampled token of choice `index` with every token of that choice so far;
   // returns how many trailing tokens to drop from the reported output if it decides to stop
-  // (a stop string matched), or -1 to go on. Optional.
+  // (a stop string matched), or -1 to go on. Optional. Tokens are reported as they are sampled,
+  // so only the token just sampled can still be dropped: a drop reaching into tokens reported in
+  // earlier updates leaves those reported (the caller holds back text that may start a stop
+  // string). completion_tokens counts the reported tokens.
   std::function<int64_t(int64_t index, const std::vector<int32_t>& tokens)> stop_check;
 };
 
@@ -120,7 +123,7 @@ struct ServiceOptions {
   std::string kv_dtype = "f32";  // latent KV pool: f32 | bf16 | fp8_e4m3fn
   std::string method = "auto";   // auto (the backend's handler per batch) or a method forced for all
   std::string backend;           // attention backend rules; empty: the platform's default
-  int64_t page_size = 16;        // KV pool page (the CUDA kernels take 64)
+  int64_t page_size = 0;         // KV pool page; 0: the platform's (64 on cuda, which its kernels take; 16)
   int64_t kv_tokens = 65536;     // KV pool capacity in tokens, over all requests and the cache
   int64_t token_budget = 2048;   // tokens per scheduler step
   int64_t prefill_chunk = 512;   // chunked prefill (0: a prompt in one chunk)

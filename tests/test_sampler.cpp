@@ -1,0 +1,211 @@
+// The sampler on a small model's logits: greedy limits, seeds, sampled frequencies against the
+// softmax, OpenAI's penalties exactly, the top-k / top-p / min-p masks, and logprobs.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "mla/error.h"
+#include "mla/platform_ops.h"
+
+namespace mla::engine {
+namespace {
+
+class SamplerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    omp_set_num_threads(1);
+    auto ops = make_ops(Platform::CPU, DType::F32);
+    LoadedModel lm = load_model(std::string(MLA_TEST_DATA) + "/v3_tiny", *ops);
+    EngineOptions eo;
+    Engine e(*lm.model, eo);
+    V = lm.config.vocab_size;
+    const std::vector<int32_t> prompt{121, 3, 1, 230, 62, 8, 145, 59, 214};
+    Engine::Run r = e.run_sequence(prompt, 0, int64_t(prompt.size()));
+    // The last position's logits, sharpened 2x so the distribution has a clear head and a tail.
+    logits.assign(r.logits.end() - V, r.logits.end());
+    for (float& x : logits) x *= 2;
+  }
+  static inline std::vector<float> logits;
+  static inline int64_t V = 0;
+
+  // softmax(logits / t) in double.
+  static std::vector<double> softmax(double t) {
+    const double m = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> p(static_cast<size_t>(V));
+    double s = 0;
+    for (int64_t i = 0; i < V; ++i) s += p[size_t(i)] = std::exp((logits[size_t(i)] - m) / t);
+    for (double& x : p) x /= s;
+    return p;
+  }
+  static int32_t argmax() { return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); }
+};
+
+TEST_F(SamplerTest, TemperatureZeroAndATinyTopPAreGreedy) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  SamplingParams tiny;
+  tiny.temperature = 1.0;
+  tiny.top_p = 1e-9;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const double u = stream_uniform(1, 0, i);
+    EXPECT_EQ(sample_token(logits.data(), V, greedy, u), argmax());
+    EXPECT_EQ(sample_token(logits.data(), V, tiny, u), argmax());
+  }
+  // Ties go to the lower id, as argmax does.
+  std::vector<float> tie(static_cast<size_t>(V), 0.f);
+  tie[7] = tie[3] = 1.f;
+  EXPECT_EQ(sample_token(tie.data(), V, greedy, 0.5), 3);
+  EXPECT_EQ(sample_token(tie.data(), V, tiny, 0.99), 3);
+}
+
+TEST_F(SamplerTest, OneSeedReproducesAndSeedsDiffer) {
+  SamplingParams p;
+  p.temperature = 1.5;
+  auto draw = [&](uint64_t seed, uint64_t stream) {
+    std::vector<int32_t> out;
+    for (uint64_t i = 0; i < 64; ++i) out.push_back(sample_token(logits.data(), V, p, stream_uniform(seed, stream, i)));
+    return out;
+  };
+  EXPECT_EQ(draw(42, 0), draw(42, 0));
+  EXPECT_NE(draw(42, 0), draw(43, 0));
+  EXPECT_NE(draw(42, 0), draw(42, 1));  // choices of one request follow their own streams
+  for (uint64_t i = 0; i < 1000; ++i) {
+    const double u = stream_uniform(9, 2, i);
+    ASSERT_TRUE(u >= 0 && u < 1);
+  }
+}
+
+// Per-token binomial bound: |count − N·p| <= 6σ + 1 for every token (a false alarm in any of the
+// V tokens has probability ~V · 2e-9).
+void expect_frequencies(const std::vector<double>& p, const std::vector<int64_t>& count, int64_t n, int64_t min_tested) {
+  int64_t tested = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double mean = double(n) * p[i], sd = std::sqrt(double(n) * p[i] * (1 - p[i]));
+    EXPECT_LE(std::abs(double(count[i]) - mean), 6 * sd + 1) << "token " << i << ": p " << p[i];
+    tested += p[i] > 1e-3;
+  }
+  EXPECT_GE(tested, min_tested);  // tokens of p > 1e-3: the bound means something
+}
+
+TEST_F(SamplerTest, SampledFrequenciesMatchTheSoftmax) {
+  const int64_t n = 100'000;
+  SamplingParams sp;
+  sp.temperature = 0.7;
+  std::vector<int64_t> count(static_cast<size_t>(V), 0);
+  for (int64_t i = 0; i < n; ++i) ++count[size_t(sample_token(logits.data(), V, sp, stream_uniform(3, 0, uint64_t(i))))];
+  expect_frequencies(softmax(0.7), count, n, 10);
+}
+
+TEST_F(SamplerTest, MasksKeepWhatTheyShould) {
+  const std::vector<double> p = softmax(1.0);
+  std::vector<int32_t> by_p(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) by_p[size_t(i)] = int32_t(i);
+  std::stable_sort(by_p.begin(), by_p.end(), [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)]; });
+  auto ids = [](const std::vector<std::pair<int32_t, double>>& d) {
+    std::set<int32_t> s;
+    for (auto& [t, q] : d) s.insert(t);
+    return s;
+  };
+  SamplingParams sp;
+  sp.temperature = 1.0;
+  sp.top_k = 5;
+  EXPECT_EQ(ids(sampling_distribution(logits.data(), V, sp)), std::set<int32_t>(by_p.begin(), by_p.begin() + 5));
+  // min-p: tokens with p >= min_p · p_max.
+  sp.top_k = 0;
+  sp.min_p = 0.1;
+  std::set<int32_t> want;
+  for (int64_t i = 0; i < V; ++i)
+    if (p[size_t(i)] >= 0.1 * p[size_t(by_p[0])]) want.insert(int32_t(i));
+  EXPECT_EQ(ids(sampling_distribution(logits.data(), V, sp)), want);
+  EXPECT_LT(want.size(), size_t(V));
+  // top-p: the shortest head whose mass reaches top_p.
+  sp.min_p = 0;
+  sp.top_p = 0.5;
+  double mass = 0;
+  size_t k = 0;
+  while (mass < 0.5) mass += p[size_t(by_p[k++])];
+  auto d = sampling_distribution(logits.data(), V, sp);
+  EXPECT_EQ(ids(d), std::set<int32_t>(by_p.begin(), by_p.begin() + int64_t(k)));
+  double total = 0;
+  for (auto& [t, q] : d) {
+    EXPECT_NEAR(q, p[size_t(t)] / mass, 1e-12);
+    total += q;
+  }
+  EXPECT_NEAR(total, 1.0, 1e-12);
+  // Sampling draws from the masked distribution.
+  const int64_t n = 100'000;
+  sp.top_p = 1.0;
+  sp.top_k = 4;
+  std::vector<int64_t> count(static_cast<size_t>(V), 0);
+  for (int64_t i = 0; i < n; ++i) ++count[size_t(sample_token(logits.data(), V, sp, stream_uniform(5, 0, uint64_t(i))))];
+  std::vector<double> q(static_cast<size_t>(V), 0.0);
+  for (auto& [t, w] : sampling_distribution(logits.data(), V, sp)) q[size_t(t)] = w;
+  expect_frequencies(q, count, n, 4);
+  for (int64_t i = 4; i < V; ++i) EXPECT_EQ(count[size_t(by_p[size_t(i)])], 0);
+}
+
+TEST_F(SamplerTest, PenaltiesFollowOpenAI) {
+  std::vector<float> l = logits;
+  apply_penalties(l, {{3, 2}, {7, 1}, {9, 0}}, 0.5, 0.25);
+  for (int64_t i = 0; i < V; ++i) {
+    float want = logits[size_t(i)];
+    if (i == 3) want = float(double(logits[3]) - 2 * 0.5 - 0.25);
+    if (i == 7) want = float(double(logits[7]) - 1 * 0.5 - 0.25);
+    EXPECT_EQ(l[size_t(i)], want) << "token " << i;
+  }
+  // A presence penalty alone lowers a repeated token once, whatever its count.
+  std::vector<float> a = logits, b = logits;
+  apply_penalties(a, {{3, 1}}, 0, 1.5);
+  apply_penalties(b, {{3, 9}}, 0, 1.5);
+  EXPECT_EQ(a[3], b[3]);
+  EXPECT_EQ(a[3], float(double(logits[3]) - 1.5));
+  // A penalty on the best token moves greedy to the next one.
+  std::vector<float> g = logits;
+  apply_penalties(g, {{argmax(), 1}}, 2.0, 2.0);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const float old = logits[size_t(argmax())];
+  std::vector<float> rest = logits;
+  rest[size_t(argmax())] = -INFINITY;
+  const int32_t second = int32_t(std::max_element(rest.begin(), rest.end()) - rest.begin());
+  EXPECT_EQ(sample_token(g.data(), V, greedy, 0), old - 4 > rest[size_t(second)] ? argmax() : second);
+}
+
+TEST_F(SamplerTest, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
+  const std::vector<double> p = softmax(1.0);
+  TokenLogprob t = token_logprobs(logits.data(), V, 5, 3);
+  EXPECT_NEAR(t.logprob, std::log(p[5]), 1e-4);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].first, argmax());
+  EXPECT_GE(t.top[0].second, t.top[1].second);
+  EXPECT_GE(t.top[1].second, t.top[2].second);
+  for (auto& [id, lp] : t.top) EXPECT_NEAR(lp, std::log(p[size_t(id)]), 1e-4);
+  EXPECT_TRUE(token_logprobs(logits.data(), V, 5, 0).top.empty());
+}
+
+TEST_F(SamplerTest, BadValuesAreRefused) {
+  auto bad = [](auto change) {
+    SamplingParams p;
+    change(p);
+    EXPECT_THROW(validate_sampling(p), Error);
+  };
+  bad([](SamplingParams& p) { p.temperature = -1; });
+  bad([](SamplingParams& p) { p.temperature = NAN; });
+  bad([](SamplingParams& p) { p.top_p = 0; });
+  bad([](SamplingParams& p) { p.top_p = 1.5; });
+  bad([](SamplingParams& p) { p.top_k = -1; });
+  bad([](SamplingParams& p) { p.min_p = 2; });
+  bad([](SamplingParams& p) { p.frequency_penalty = 2.5; });
+  bad([](SamplingParams& p) { p.presence_penalty = -3; });
+  bad([](SamplingParams& p) { p.max_tokens = 0; });
+  bad([](SamplingParams& p) { p.top_logprobs = 21; });
+  EXPECT_NO_THROW(validate_sampling(SamplingParams{}));
+}
+
+}  // namespace
+}  // namespace mla::engine

@@ -1,0 +1,267 @@
+// The scheduler: continuous batching gives each request the tokens and logits it gets alone
+// (batch invariance on the CPU), with and without the prefix cache, with chunked prefill, under
+// retraction, for n choices and both policies.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "engine/scheduler.h"
+#include "mla/platform_ops.h"
+
+namespace mla::engine {
+namespace {
+
+struct Solo {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;  // of every sampled position
+};
+
+// Greedy generation of one request alone, by hand through Engine::step: prefill in chunks of
+// `chunk` tokens, then decode one token at a time.
+Solo solo(Model& m, const std::vector<int32_t>& prompt, int64_t max_new, int64_t chunk, int64_t ps) {
+  EngineOptions eo;
+  eo.page_size = ps;
+  eo.max_tokens = 1024;
+  Engine e(m, eo);
+  const int64_t V = m.config().vocab_size;
+  std::vector<float> last;
+  for (size_t b = 0; b < prompt.size(); b += size_t(chunk)) {
+    const size_t end = std::min(prompt.size(), b + size_t(chunk));
+    StepResult r = e.step(ForwardMode::EXTEND, {{1, std::vector<int32_t>(prompt.begin() + b, prompt.begin() + end)}});
+    last.assign(r.logits.end() - V, r.logits.end());
+  }
+  Solo s;
+  for (;;) {
+    s.logits.insert(s.logits.end(), last.begin(), last.end());
+    s.ids.push_back(int32_t(std::max_element(last.begin(), last.end()) - last.begin()));
+    if (int64_t(s.ids.size()) == max_new) break;
+    last = e.step(ForwardMode::DECODE, {{1, {s.ids.back()}}}).logits;
+  }
+  return s;
+}
+
+struct Case {
+  std::vector<int32_t> prompt;
+  int64_t max_new;
+};
+
+// 16 prompts over three shared prefixes (lengths 20-45) with distinct tails.
+std::vector<Case> cases(int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int32_t>> bases;
+  for (int b = 0; b < 3; ++b) {
+    std::vector<int32_t> t(size_t(20 + rng() % 26));
+    for (auto& x : t) x = int32_t(2 + rng() % uint64_t(vocab - 2));
+    bases.push_back(t);
+  }
+  std::vector<Case> out;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> p = bases[size_t(i % 3)];
+    if (i % 5 == 4) p.resize(size_t(5 + rng() % 10));  // a short one
+    for (int k = 0, n = int(1 + rng() % 14); k < n; ++k) p.push_back(int32_t(2 + rng() % uint64_t(vocab - 2)));
+    out.push_back({p, int64_t(3 + rng() % 10)});
+  }
+  return out;
+}
+
+struct Result {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<float>> logits;
+  SchedulerStats stats;
+  int64_t free_after = 0, cached_after = 0;
+};
+
+Result run_all(Model& m, const std::vector<Case>& cs, const SchedulerOptions& so, int64_t ps, int64_t pool_tokens) {
+  EngineOptions eo;
+  eo.page_size = ps;
+  eo.max_tokens = pool_tokens;
+  Engine e(m, eo);
+  Result res;
+  res.ids.resize(cs.size());
+  res.logits.resize(cs.size());
+  {
+    Scheduler s(e, so);
+    for (size_t i = 0; i < cs.size(); ++i) {
+      GenerateRequest r;
+      r.prompt = cs[i].prompt;
+      r.params.temperature = 0;
+      r.params.max_tokens = cs[i].max_new;
+      r.params.ignore_eos = true;
+      s.add(RequestHandle(i), r,
+            [&res, i](const RequestUpdate& u) {
+              EXPECT_TRUE(u.error.empty()) << u.error;
+              for (const auto& c : u.choices) res.ids[i].insert(res.ids[i].end(), c.new_tokens.begin(), c.new_tokens.end());
+            },
+            [&res, i](int64_t, const float* l, int64_t V) { res.logits[i].insert(res.logits[i].end(), l, l + V); });
+    }
+    int64_t steps = 0;
+    while (s.step()) EXPECT_LT(++steps, 5000) << "no progress";
+    res.stats = s.stats();
+    res.cached_after = s.cache() ? s.cache()->cached_pages() : 0;
+    res.free_after = e.pool().free_pages();
+    EXPECT_EQ(res.free_after + res.cached_after, e.pool().config().num_pages) << "pages leaked";
+    if (s.cache()) s.cache()->check();
+  }
+  EXPECT_EQ(e.pool().free_pages(), e.pool().config().num_pages) << "the scheduler left pages behind";
+  return res;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
+  return std::sqrt(num / den);
+}
+
+class SchedulerTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    // The CPU ops give the same results on any thread count; one thread keeps hundreds of tiny
+    // steps fast on a busy machine (threads spinning at every barrier cost more than the work).
+    omp_set_num_threads(1);
+    ops = make_ops(Platform::CPU, DType::F32);
+    lm = load_model(std::string(MLA_TEST_DATA) + "/" + GetParam(), *ops);
+    cs = cases(lm.config.vocab_size, 11);
+  }
+  std::vector<Solo> solos(int64_t chunk, int64_t ps) {
+    std::vector<Solo> out;
+    for (const Case& c : cs) out.push_back(solo(*lm.model, c.prompt, c.max_new, chunk, ps));
+    return out;
+  }
+  std::unique_ptr<Ops> ops;
+  LoadedModel lm;
+  std::vector<Case> cs;
+};
+
+// Chunks of one page: every prefix-cache hit falls on a chunk boundary, so with the cache on too
+// each request computes exactly what it computes alone: identical ids and bit-identical logits.
+TEST_P(SchedulerTest, SixteenRequestsMatchEachAloneBitForBit) {
+  const int64_t ps = 16, chunk = 16;
+  const std::vector<Solo> want = solos(chunk, ps);
+  for (bool cache : {false, true}) {
+    SCOPED_TRACE(cache ? "cache on" : "cache off");
+    SchedulerOptions so;
+    so.prefill_chunk = chunk;
+    so.token_budget = 48;
+    so.prefix_cache = cache;
+    Result r = run_all(*lm.model, cs, so, ps, 2048);
+    for (size_t i = 0; i < cs.size(); ++i) {
+      ASSERT_EQ(r.ids[i], want[i].ids) << "request " << i;
+      ASSERT_EQ(r.logits[i].size(), want[i].logits.size());
+      EXPECT_EQ(std::memcmp(r.logits[i].data(), want[i].logits.data(), r.logits[i].size() * sizeof(float)), 0)
+          << "request " << i << ": logits differ (relative " << rel_err(r.logits[i], want[i].logits) << ")";
+    }
+    EXPECT_EQ(r.stats.retractions, 0);
+    if (cache) EXPECT_GT(r.stats.prefix_cache_hits, 100);
+    else EXPECT_EQ(r.stats.prefix_cache_hits, 0);
+    // Batches of several methods ran (fresh prefills, continued chunks, decodes).
+    EXPECT_GE(r.stats.steps_per_method.size(), 2u);
+    std::printf("  cache %-3s: %ld steps, %ld hit tokens;", cache ? "on" : "off", long(r.stats.steps),
+                long(r.stats.prefix_cache_hits));
+    for (const auto& [m, n] : r.stats.steps_per_method) std::printf(" %s %ld", m.c_str(), long(n));
+    std::printf("\n");
+  }
+}
+
+// Chunks of 24 tokens over pages of 16: a hit can start a request off its cold chunk grid, so
+// the logits differ from the cold run's in rounding only; the ids are the same.
+TEST_P(SchedulerTest, ChunksOffThePageGridMatchWithinRounding) {
+  const int64_t ps = 16, chunk = 24;
+  const std::vector<Solo> want = solos(chunk, ps);
+  SchedulerOptions so;
+  so.prefill_chunk = chunk;
+  so.token_budget = 64;
+  Result r = run_all(*lm.model, cs, so, ps, 2048);
+  double worst = 0;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    EXPECT_EQ(r.ids[i], want[i].ids) << "request " << i;
+    worst = std::max(worst, rel_err(r.logits[i], want[i].logits));
+  }
+  std::printf("  worst relative L2 against the cold run: %.2e\n", worst);
+  EXPECT_LT(worst, 1e-5);  // the method tests' f32 tolerance on the same models
+  EXPECT_GT(r.stats.prefix_cache_hits, 100);
+}
+
+// A pool of 8 pages for 8 requests of up to 95 tokens: decode runs out of pages, requests are
+// retracted and resume (through the cache when it is on); every request gets its ids.
+TEST_P(SchedulerTest, RetractionFinishesEveryRequestWithTheSameIds) {
+  const int64_t ps = 16, chunk = 16;
+  cs.resize(8);
+  for (Case& c : cs) c.max_new += 24;  // decodes cross pages
+  const std::vector<Solo> want = solos(chunk, ps);
+  for (bool cache : {false, true}) {
+    SCOPED_TRACE(cache ? "cache on" : "cache off");
+    SchedulerOptions so;
+    so.prefill_chunk = chunk;
+    so.token_budget = 64;
+    so.prefix_cache = cache;
+    so.decode_reserve = 0;
+    Result r = run_all(*lm.model, cs, so, ps, 128);
+    for (size_t i = 0; i < cs.size(); ++i) EXPECT_EQ(r.ids[i], want[i].ids) << "request " << i;
+    EXPECT_GT(r.stats.retractions, 0);
+    std::printf("  cache %-3s: %ld retractions in %ld steps\n", cache ? "on" : "off", long(r.stats.retractions),
+                long(r.stats.steps));
+  }
+}
+
+TEST_P(SchedulerTest, LongestPrefixMatchPolicyGivesTheSameIds) {
+  const std::vector<Solo> want = solos(16, 16);
+  SchedulerOptions so;
+  so.prefill_chunk = 16;
+  so.token_budget = 32;
+  so.max_running = 4;
+  so.policy = Policy::LPM;
+  Result r = run_all(*lm.model, cs, so, 16, 2048);
+  for (size_t i = 0; i < cs.size(); ++i) EXPECT_EQ(r.ids[i], want[i].ids) << "request " << i;
+}
+
+// n choices share the prompt's whole pages; greedy choices are all the solo ids, sampled ones
+// follow their own streams and repeat with the seed.
+TEST_P(SchedulerTest, ChoicesShareThePromptPages) {
+  const Case& c = cs[0];
+  const Solo want = solo(*lm.model, c.prompt, c.max_new, 16, 16);
+  EngineOptions eo;
+  eo.page_size = 16;
+  eo.max_tokens = 1024;
+  Engine e(*lm.model, eo);
+  auto run = [&](double temperature, uint64_t seed) {
+    Scheduler s(e, SchedulerOptions{.prefill_chunk = 16, .prefix_cache = false});
+    GenerateRequest r;
+    r.prompt = c.prompt;
+    r.n = 4;
+    r.params.temperature = temperature;
+    r.params.seed = seed;
+    r.params.max_tokens = c.max_new;
+    r.params.ignore_eos = true;
+    std::vector<std::vector<int32_t>> out(4);
+    int64_t most_used = 0;
+    bool finished = false;
+    s.add(1, r, [&](const RequestUpdate& u) {
+      for (const auto& ch : u.choices) out[size_t(ch.index)].insert(out[size_t(ch.index)].end(), ch.new_tokens.begin(), ch.new_tokens.end());
+      finished = u.finished;
+    });
+    while (s.step()) {
+      int64_t used = e.pool().config().num_pages - e.pool().free_pages();
+      most_used = std::max(most_used, used);
+    }
+    EXPECT_TRUE(finished);
+    // Four private copies of the prompt would take 4 · ceil(len / 16) pages at the end.
+    const int64_t full = int64_t(c.prompt.size()) / 16;
+    EXPECT_LE(most_used, 4 * ((int64_t(c.prompt.size()) + c.max_new + 15) / 16) - 3 * full + 0);
+    EXPECT_EQ(e.pool().free_pages(), e.pool().config().num_pages);
+    return out;
+  };
+  for (const auto& o : run(0, 1)) EXPECT_EQ(o, want.ids);
+  const auto a = run(1.0, 5), b = run(1.0, 5), d = run(1.0, 6);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, d);
+  EXPECT_NE(a[0], a[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SchedulerTest, ::testing::Values("v3_tiny", "v2_greedy"));
+
+}  // namespace
+}  // namespace mla::engine
