@@ -176,6 +176,13 @@ TEST(ServerProtocol, PromptsAgainstTheModel) {
   EXPECT_EQ(text.decode(cids[0], false), "user: q\nassistant:");
   EXPECT_EQ(c.params.max_tokens, 64 - int64_t(cids[0].size()));
   EXPECT_FALSE(c.reasoning_open);
+  // chat_template_kwargs reach the template (here {"thinking": true} opens <think>).
+  ParsedRequest ck = parse_request(Endpoint::CHAT, R"({"messages": [{"role": "user", "content": "q"}],
+      "chat_template_kwargs": {"thinking": true}})");
+  tokenize(ck, &text);
+  EXPECT_TRUE(ck.reasoning_open);
+  EXPECT_EQ(parse_error(Endpoint::CHAT, R"({"messages": [{"role": "user", "content": "q"}], "chat_template_kwargs": 1})").param,
+            "chat_template_kwargs");
   text.think_open = true;
   ParsedRequest c2 = parse_request(Endpoint::CHAT, R"({"messages": [{"role": "user", "content": "q"}]})");
   tokenize(c2, &text);
