@@ -50,11 +50,12 @@ NEW_TOKENS = 12
 # Each entry: name -> (family, seed, save dtype, save kwargs, description, config kwargs).
 MODELS = {
     "v3_tiny": dict(
-        family="v3", seed=1001, save_dtype=torch.bfloat16, save_kw={},
+        family="v3", seed=1001, save_dtype=torch.bfloat16, save_kw={}, tokenizer="tiny",
         desc="DeepSeek-V3 demo model: q_lora, YaRN factor 8 (mscale = mscale_all_dim = 1), "
              "sigmoid noaux_tc routing, 16 experts in 4 groups (topk_group 2, top-4), 1 shared expert, "
              "first_k_dense_replace 1, norm_topk_prob, routed_scaling_factor 2.5; bf16 weights",
         cfg=dict(
+            vocab_size=512,
             hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
             num_attention_heads=3, num_key_value_heads=3, q_lora_rank=48, kv_lora_rank=32,
             qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
@@ -251,6 +252,38 @@ def legacy_config(path, family):
         f.write("\n")
 
 
+# The demo model speaks text: the small byte-level BPE tokenizer trained for it (tests/data/text,
+# scripts/text_fixtures.py) with DeepSeek-V3's chat template, and greedy prompts cut from this text.
+TEXT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "text")
+PROMPT_TEXT = ("The quick brown fox jumps over the lazy dog. A model reads the prompt, then writes one token "
+               "at a time; each new token attends to every token before it. Hello, how are you today? "
+               "def add(a, b):\n    return a + b\n")
+
+
+def save_tokenizer(spec, path):
+    """Copies the spec's tokenizer into the model folder: tokenizer.json and a tokenizer_config.json
+    that carries DeepSeek-V3's chat template."""
+    if not spec.get("tokenizer"):
+        return
+    shutil.copy(os.path.join(TEXT_DIR, "tiny_tokenizer.json"), os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(TEXT_DIR, "tiny_tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    with open(os.path.join(TEXT_DIR, "templates", "deepseek_v3.jinja")) as f:
+        cfg["chat_template"] = f.read()
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def prompt_windows(spec):
+    """Token windows of PROMPT_LEN cut from PROMPT_TEXT by the spec's tokenizer (None: random ids)."""
+    if not spec.get("tokenizer"):
+        return None
+    from tokenizers import Tokenizer
+    ids = Tokenizer.from_file(os.path.join(TEXT_DIR, "tiny_tokenizer.json")).encode(PROMPT_TEXT).ids
+    return [torch.tensor(ids[k:k + PROMPT_LEN], dtype=torch.int64) for k in range(len(ids) - PROMPT_LEN + 1)]
+
+
 def save_model(model, spec, path):
     if os.path.exists(path):
         shutil.rmtree(path)
@@ -266,6 +299,7 @@ def save_model(model, spec, path):
     model.save_pretrained(path, safe_serialization=True, **spec["save_kw"])
     if spec.get("legacy_config"):
         legacy_config(path, spec["family"])
+    save_tokenizer(spec, path)
     return model
 
 
@@ -343,7 +377,7 @@ def run_model(name, spec, out_dir, summary):
     for L in SEQ_LENS:
         best = None
         for attempt in range(200):
-            ids = torch.randint(0, VOCAB, (L,), generator=dgen, dtype=torch.int64)
+            ids = torch.randint(0, m.config.vocab_size, (L,), generator=dgen, dtype=torch.int64)
             g = gap_of(ids)
             if best is None or g > best[1]:
                 best = (ids, g)
@@ -353,8 +387,12 @@ def run_model(name, spec, out_dir, summary):
         seq_gaps.append(best[1])
         tries.append(attempt + 1)
     best = None
-    for attempt in range(300):
-        cand = torch.randint(0, VOCAB, (PROMPT_LEN,), generator=dgen, dtype=torch.int64)
+    windows = prompt_windows(spec)
+    for attempt in range(300 if windows is None else len(windows)):
+        if windows is None:
+            cand = torch.randint(0, m.config.vocab_size, (PROMPT_LEN,), generator=dgen, dtype=torch.int64)
+        else:
+            cand = windows[attempt]
         c_ids, c_logits, c_margin = greedy(m, cand)
         g = gap_of(torch.cat([cand, c_ids[:-1]]))
         distinct = len(set(c_ids.tolist()))

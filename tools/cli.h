@@ -38,6 +38,8 @@ void add_logits_command(CLI::App& app, int& rc);
 void add_generate_command(CLI::App& app, int& rc);
 void add_inspect_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
+void add_serve_command(CLI::App& app, int& rc);
+void add_bench_serve_command(CLI::App& app, int& rc);
 void add_tokenize_command(CLI::App& app, int& rc);
 void add_detokenize_command(CLI::App& app, int& rc);
 void add_chat_template_command(CLI::App& app, int& rc);

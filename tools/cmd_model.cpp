@@ -17,6 +17,7 @@
 #include "mla/error.h"
 #include "mla/platform_ops.h"
 #include "mla/safetensors.h"
+#include "run_opts.h"
 #include "text/tokenizer.h"
 
 namespace mla::cli {
@@ -24,65 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Options every model command shares.
-struct RunOpts {
-  std::string model, method = "auto";
-  int64_t page_size = 16;
-  bool verbose = false;
-  PlatformFlags platform;
-  DtypeFlags dtypes{"f32", "f32"};
-  DispatchFlags dispatch;
-  void add(CLI::App* sub, bool model_required = true) {
-    sub->add_flag("-v,--verbose", verbose, "loading details on stderr");
-    auto* m = sub->add_option("--model", model, "HF checkpoint folder (config.json + safetensors)");
-    if (model_required) m->required();
-    platform.add(sub);
-    dtypes.add(sub);
-    dispatch.add(sub);
-    sub->add_option("--page-size", page_size, "KV pool page size")->capture_default_str();
-    sub->add_option("--method", method, "auto | MHA | MHA_ONE_SHOT | MHA_CHUNKED_KV | MLA")->capture_default_str();
-  }
-  // Parsed and checked; bad values are usage errors.
-  Platform p;
-  DType act, kv;
-  ForwardOptions fwd;
-  PlatformOptions options;
-  void parse() {
-    options = platform.options();
-    p = platform.parse();
-    act = dtypes.act();
-    kv = dtypes.kv();
-    try {
-      if (method != "auto") fwd.method = parse_method(method);
-    } catch (const Error& e) {
-      throw UsageError(e.what());
-    }
-    fwd.dispatch = dispatch.parse();
-    if (page_size <= 0) throw UsageError("--page-size must be positive");
-  }
-};
-
-struct Session {
-  std::unique_ptr<Ops> ops;
-  LoadedModel lm;
-  std::unique_ptr<Engine> engine;
-};
-
-Session open_session(const RunOpts& o, int64_t max_tokens) {
-  Session s;
-  s.ops = make_ops(o.p, o.act, o.options);
-  const auto t0 = Clock::now();
-  s.lm = load_model(o.model, *s.ops);
-  if (o.verbose)
-    std::fprintf(stderr, "mla: loaded %s (%s, %ld layers, %.2fM parameters) in %.2f s\n", o.model.c_str(),
-               s.lm.config.model_type().c_str(), long(s.lm.config.num_hidden_layers), s.lm.parameters / 1e6,
-               seconds_since(t0));
-  for (const std::string& n : s.lm.unused) std::fprintf(stderr, "mla: note: checkpoint tensor '%s' is not used\n", n.c_str());
-  EngineOptions eo{o.fwd, o.kv, o.page_size, std::max<int64_t>(max_tokens, 1)};
-  s.engine = std::make_unique<Engine>(*s.lm.model, eo);
-  return s;
-}
 
 void check_ids(const std::vector<int64_t>& ids, const ModelConfig& c, const char* what) {
   for (size_t i = 0; i < ids.size(); ++i)
@@ -283,7 +225,7 @@ void add_generate_command(CLI::App& app, int& rc) {
       // Token-id prompts generate exactly --max-new-tokens; text prompts stop at the model's eos.
       sp.ignore_eos = !text_mode || o->ignore_eos;
       Generation g = generate_one(*s.engine, to_i32(prompt), sp, o->prefill_chunk, false,
-                                  text_mode ? engine::read_eos_token_id(o->model) : -1);
+                                  text_mode ? engine::read_eos_token_id(o->model, s.lm.config.vocab_size) : -1);
       out = std::move(g.ids);
       methods = std::move(g.methods);
       t_prefill = g.ttft;

@@ -186,15 +186,17 @@ class OwningService : public Service {
 
 }  // namespace
 
-int32_t read_eos_token_id(const std::string& dir) {
+int32_t read_eos_token_id(const std::string& dir, int64_t vocab_size) {
   for (const char* f : {"/generation_config.json", "/config.json"}) {
     std::ifstream in(dir + f);
     if (!in) continue;
     nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) continue;
     const nlohmann::json& e = j["eos_token_id"];
-    if (e.is_number_integer()) return e.get<int32_t>();
-    if (e.is_array() && !e.empty() && e[0].is_number_integer()) return e[0].get<int32_t>();
+    int64_t id = -1;
+    if (e.is_number_integer()) id = e.get<int64_t>();
+    else if (e.is_array() && !e.empty() && e[0].is_number_integer()) id = e[0].get<int64_t>();
+    return id >= 0 && id < vocab_size ? int32_t(id) : -1;
   }
   return -1;
 }
@@ -220,10 +222,9 @@ std::unique_ptr<Service> open_service(const std::string& model_dir, const Servic
   so.max_queue = o.max_queue;
   so.prefix_cache = o.prefix_cache;
   so.policy = parse_policy(o.policy);
-  so.eos_token_id = read_eos_token_id(model_dir);
   std::unique_ptr<Ops> ops = make_ops(p, act);
   LoadedModel lm = load_model(model_dir, *ops);
-  if (so.eos_token_id >= lm.config.vocab_size) so.eos_token_id = -1;
+  so.eos_token_id = read_eos_token_id(model_dir, lm.config.vocab_size);
   return std::make_unique<OwningService>(std::move(ops), std::move(lm), eo, so);
 }
 

@@ -138,7 +138,7 @@ struct ServiceOptions {
 std::unique_ptr<Service> open_service(const std::string& model_dir, const ServiceOptions& opt);
 
 // eos_token_id of the model folder's generation_config.json, else config.json (an id or a list:
-// the first); -1 when neither names one.
-int32_t read_eos_token_id(const std::string& model_dir);
+// the first); -1 when neither names one inside [0, vocab_size).
+int32_t read_eos_token_id(const std::string& model_dir, int64_t vocab_size);
 
 }  // namespace mla::engine

@@ -1,0 +1,231 @@
+// tests/test_server_http.cpp — the HTTP server over a scripted Service: DeepSeek reasoning and tool
+// calls, stop strings and n > 1 through real sockets, streamed and not (a random test model cannot be
+// made to emit these, so the script stands in for the engine).
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "server/protocol.h"
+#include "server/server.h"
+#include "server_fakes.h"
+
+namespace mla::server {
+namespace {
+
+using testing::ByteText;
+using testing::kEos;
+
+// Every choice answers `script` (byte-level ids, then EOS), one token per update, on its own thread,
+// calling stop_check as the engine does.
+class ScriptedService : public engine::Service {
+ public:
+  explicit ScriptedService(std::string script) : script_(std::move(script)) {}
+  ~ScriptedService() override { shutdown(false); }
+  engine::RequestHandle submit(engine::GenerateRequest req, std::function<void(const engine::RequestUpdate&)> cb) override {
+    std::lock_guard<std::mutex> l(m_);
+    const engine::RequestHandle h = next_++;
+    auto aborted = std::make_shared<std::atomic<bool>>(false);
+    aborted_[h] = aborted;
+    threads_.emplace_back([this, req = std::move(req), cb = std::move(cb), aborted] {
+      std::vector<int32_t> ids = ByteText().encode(script_, false);
+      ids.push_back(kEos);
+      std::vector<std::vector<int32_t>> out(size_t(req.n));
+      std::vector<bool> done(size_t(req.n), false);
+      int64_t completion = 0;
+      for (size_t t = 0; t < ids.size(); ++t) {
+        engine::RequestUpdate u;
+        u.prompt_tokens = int64_t(req.prompt.size());
+        for (int64_t c = 0; c < req.n; ++c) {
+          if (done[size_t(c)]) continue;
+          engine::ChoiceUpdate cu;
+          cu.index = c;
+          if (aborted->load()) {
+            cu.finish = engine::FinishReason::ABORT;
+          } else {
+            out[size_t(c)].push_back(ids[t]);
+            cu.new_tokens = {ids[t]};
+            ++completion;
+            if (ids[t] == kEos) cu.finish = engine::FinishReason::STOP;
+            else if (int64_t(out[size_t(c)].size()) >= req.params.max_tokens) cu.finish = engine::FinishReason::LENGTH;
+            if (req.stop_check) {
+              const int64_t drop = req.stop_check(c, out[size_t(c)]);
+              if (drop >= 0) {
+                cu.new_tokens.resize(size_t(std::max<int64_t>(0, 1 - drop)));
+                completion -= std::min<int64_t>(drop, 1);
+                cu.finish = engine::FinishReason::STOP;
+              }
+            }
+          }
+          if (cu.finish != engine::FinishReason::NONE) done[size_t(c)] = true;
+          u.choices.push_back(cu);
+        }
+        u.completion_tokens = completion;
+        u.finished = std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+        cb(u);
+        if (u.finished) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    return h;
+  }
+  void abort(engine::RequestHandle h) override {
+    std::lock_guard<std::mutex> l(m_);
+    if (auto it = aborted_.find(h); it != aborted_.end()) *it->second = true;
+  }
+  engine::MetricsSnapshot metrics() const override { return {}; }
+  void flush_cache() override {}
+  void shutdown(bool) override {
+    std::vector<std::thread> ts;
+    {
+      std::lock_guard<std::mutex> l(m_);
+      ts.swap(threads_);
+    }
+    for (auto& t : ts) t.join();
+  }
+  int64_t vocab_size() const override { return 256 + 8; }
+  int64_t max_context() const override { return 4096; }
+  int32_t eos_token_id() const override { return kEos; }
+
+ private:
+  std::string script_;
+  std::mutex m_;
+  engine::RequestHandle next_ = 1;
+  std::map<engine::RequestHandle, std::shared_ptr<std::atomic<bool>>> aborted_;
+  std::vector<std::thread> threads_;
+};
+
+struct Running {
+  ScriptedService service;
+  ByteText text;
+  std::unique_ptr<Server> server;
+  std::thread thread;
+  int port = 0;
+  explicit Running(std::string script) : service(std::move(script)) {
+    ServerOptions o;
+    o.port = 0;
+    o.model_name = "scripted";
+    server = std::make_unique<Server>(service, &text, o);
+    port = server->bind();
+    thread = std::thread([this] { server->run(); });
+  }
+  ~Running() {
+    server->stop(true);
+    thread.join();
+  }
+  httplib::Result post(const std::string& path, const json& body) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(10, 0);
+    return c.Post(path.c_str(), body.dump(), "application/json");
+  }
+};
+
+// The SSE events of a body, parsed (the final [DONE] checked and dropped).
+std::vector<json> events(const std::string& body) {
+  std::vector<json> out;
+  size_t at = 0;
+  bool done = false;
+  while (at < body.size()) {
+    const size_t end = body.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos);
+    if (end == std::string::npos) break;
+    const std::string ev = body.substr(at, end - at);
+    EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+    EXPECT_FALSE(done) << "an event after [DONE]";
+    if (ev == "data: [DONE]") done = true;
+    else out.push_back(json::parse(ev.substr(6)));
+    at = end + 2;
+  }
+  EXPECT_TRUE(done);
+  return out;
+}
+
+const char* kToolReply =
+    "<think>The user wants weather.</think>Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+    "<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+
+TEST(ServerHttp, ChatReasoningAndToolCalls) {
+  Running r(kToolReply);
+  const json req = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                    {"tools", {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}};
+  auto res = r.post("/v1/chat/completions", req);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  const json& m = j["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "The user wants weather.");
+  EXPECT_EQ(m["content"], "Let me look.");
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+
+  // Streamed, n = 2: the role first, then reasoning, content and the call; the same for both choices.
+  json sreq = req;
+  sreq["stream"] = true;
+  sreq["n"] = 2;
+  auto sres = r.post("/v1/chat/completions", sreq);
+  ASSERT_TRUE(sres);
+  ASSERT_EQ(sres->status, 200);
+  std::string reasoning[2], content[2], finish[2];
+  json calls[2] = {json::array(), json::array()};
+  bool saw_role[2] = {false, false};
+  for (const json& e : events(sres->body)) {
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    ASSERT_EQ(e["choices"].size(), 1u);
+    const json& c = e["choices"][0];
+    const int k = c["index"].get<int>();
+    const json& d = c["delta"];
+    if (!saw_role[k]) {
+      EXPECT_EQ(d.value("role", ""), "assistant");
+      saw_role[k] = true;
+    }
+    reasoning[k] += d.value("reasoning_content", "");
+    content[k] += d.value("content", "");
+    if (d.contains("tool_calls"))
+      for (const json& tc : d["tool_calls"]) calls[k].push_back(tc);
+    if (!c["finish_reason"].is_null()) finish[k] = c["finish_reason"];
+  }
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(reasoning[k], "The user wants weather.");
+    EXPECT_EQ(content[k], "Let me look.");
+    ASSERT_EQ(calls[k].size(), 1u);
+    EXPECT_EQ(calls[k][0]["index"], 0);
+    EXPECT_EQ(calls[k][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(calls[k][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+    EXPECT_EQ(finish[k], "tool_calls");
+  }
+}
+
+TEST(ServerHttp, StopStringsThroughTheEngineCallback) {
+  Running r("Hello world. STOP here, never seen.");
+  auto res = r.post("/v1/completions", {{"prompt", "Say hi"}, {"stop", {"STOP", "zzz"}}, {"max_tokens", 100}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], "Hello world. ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  // Streamed: no piece of "STOP" ever reaches the client.
+  auto sres = r.post("/v1/completions", {{"prompt", "Say hi"}, {"stop", "STOP"}, {"stream", true}, {"max_tokens", 100}});
+  ASSERT_TRUE(sres);
+  std::string text, finish;
+  for (const json& e : events(sres->body)) {
+    text += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, "Hello world. ");
+  EXPECT_EQ(finish, "stop");
+  // max_tokens first: "length", the text up to there.
+  auto lres = r.post("/v1/completions", {{"prompt", "Say hi"}, {"max_tokens", 5}});
+  ASSERT_TRUE(lres);
+  json l = json::parse(lres->body);
+  EXPECT_EQ(l["choices"][0]["text"], "Hello");
+  EXPECT_EQ(l["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(l["usage"]["completion_tokens"], 5);
+}
+
+}  // namespace
+}  // namespace mla::server
