@@ -70,7 +70,7 @@ expect attn_decode_two 2 "new_len must be 1 in decode mode" -- attn --mode decod
 # Models: logits, generate, inspect, demo on the committed HF checkpoints.
 DATA=${DATA:-$(dirname "$0")/data}
 M=$DATA/v3_tiny
-expect logits 0 '^wrote .*logits \[5, 256\]; methods MHA_ONE_SHOT$' -- logits --model "$M" --ids 24,105,145,195,83 --out "$tmp/l.safetensors"
+expect logits 0 '^wrote .*logits \[5, 512\]; methods MHA_ONE_SHOT$' -- logits --model "$M" --ids 24,105,145,195,83 --out "$tmp/l.safetensors"
 [ -s "$tmp/l.safetensors" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL logits_file"; }
 # Values, not only files: the logits against transformers' own (oracle.safetensors: f32;
 # oracle_bf16.safetensors: transformers in bf16), through --compare (an all-zero result never passes).
@@ -109,7 +109,7 @@ bad() {  # bad NAME RC PATTERN -- ARGS (an --out of $tmp/bad.safetensors must no
 bad logits_values_differ 1 "logits differ from logits.0 .*relative L2" -- logits --model "$M" --ids "$(echo "$ids0" | tr ',' '\n' | tac | paste -sd, -)" --compare "$M/oracle.safetensors:logits.0" --out "$tmp/bad.safetensors"
 bad logits_compare_shape 1 "has [0-9]+ values, the logits [0-9]+ \\(\\[3, " -- logits --model "$M" --ids 1,2,3 --compare "$M/oracle.safetensors:logits.0" --out "$tmp/bad.safetensors"
 bad logits_compare_form 2 "expected FILE:TENSOR" -- logits --model "$M" --ids 1,2,3 --compare "$M/oracle.safetensors" --out "$tmp/bad.safetensors"
-bad id_outside_vocab 2 "id 256 at index 1 is outside the vocabulary \\[0, 256\\)" -- logits --model "$M" --ids 3,256 --out "$tmp/bad.safetensors"
+bad id_outside_vocab 2 "id 512 at index 1 is outside the vocabulary \\[0, 512\\)" -- logits --model "$M" --ids 3,512 --out "$tmp/bad.safetensors"
 bad decode_from_past 2 "--decode-from 9 is past the 2 ids" -- logits --model "$M" --ids 3,4 --decode-from 9 --out "$tmp/bad.safetensors"
 bad missing_out 2 "--out is required" -- logits --model "$M" --ids 3,4
 bad missing_model 1 "model folder '/nonexistent' does not exist" -- logits --model /nonexistent --ids 3 --out "$tmp/bad.safetensors"

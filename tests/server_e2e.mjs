@@ -111,7 +111,7 @@ async function idsTests() {
   const models = await client.models.list();
   const model = models.data[0];
   check(model.id === "tiny" && model.object === "model", "/v1/models lists the served name", model);
-  const vocab = 256, ctx = model.max_model_len;
+  const vocab = 512, ctx = model.max_model_len;
   check(Number.isInteger(ctx) && ctx > 64, "max_model_len", model);
   const m0 = await metrics(s);
   for (const name of ["mla:num_requests_running", "mla:num_requests_waiting", "mla:kv_cache_usage_perc",
@@ -299,7 +299,7 @@ async function idsTests() {
 
   // mla bench-serve: a shared-prefix workload at fixed concurrency, then Poisson arrivals.
   for (const extra of [["--max-concurrency", "8"], ["--request-rate", "200"]]) {
-    const out = execFileSync(MLA, ["bench-serve", "--port", String(s.port), "--api-key", KEY, "--vocab-size", "256",
+    const out = execFileSync(MLA, ["bench-serve", "--port", String(s.port), "--api-key", KEY, "--vocab-size", "512",
                                    "--num-prompts", "24", "--input-len", "40", "--output-len", "8",
                                    "--shared-prefix-len", "32", "--prefix-groups", "2", ...extra],
                              { stdio: ["ignore", "pipe", "pipe"] }).toString();

@@ -361,7 +361,17 @@ void add_demo_command(CLI::App& app, int& rc) {
     // transformers ran in float32: f32 must match to 1e-4; bf16 storage costs ~1e-2.
     const double tol = o->act == DType::F32 ? 1e-4 : 5e-2;
     const bool same = out == hf_ids;
+    // The model folder's own tokenizer, when it has one, shows the prompt and the output as text
+    // (random weights: the text is nonsense, but it is the text transformers' ids stand for).
+    std::optional<text::Tokenizer> tok;
+    if (std::ifstream(o->model + "/tokenizer.json").good()) tok = text::Tokenizer::load(o->model);
+    auto quoted = [&](const std::vector<int32_t>& v) {
+      return nlohmann::json(tok->decode(v, /*skip_special_tokens=*/false)).dump(-1, ' ', false,
+                                                                           nlohmann::json::error_handler_t::replace);
+    };
+    if (tok) std::printf("prompt text     %s\n", quoted(prompt).c_str());
     std::printf("prompt ids      %s\n", join(prompt).c_str());
+    if (tok) std::printf("generated text  %s\n", quoted(out).c_str());
     std::printf("generated ids   %s\n", join(out).c_str());
     std::printf("transformers    %s  (%s)\n", join(hf_ids).c_str(), same ? "identical" : "DIFFERENT");
     for (const std::string& m : methods) std::printf("method          %s\n", m.c_str());

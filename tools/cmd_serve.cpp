@@ -17,9 +17,6 @@
 #include "server/text_model.h"
 
 namespace mla::cli {
-namespace {
-
-}  // namespace
 
 void add_serve_command(CLI::App& app, int& rc) {
   struct Opts : RunOpts {
