@@ -68,7 +68,7 @@ rewrite() {
 }
 copy() { rm -rf "$tmp/$1"; cp -r "$M" "$tmp/$1"; echo "$tmp/$1"; }
 ST=model.safetensors
-NORM='"model.layers.0.input_layernorm.weight":{"dtype":"BF16","shape":\[64\],"data_offsets":\[65664,65792\]}'
+NORM='"model.layers.0.input_layernorm.weight":{"dtype":"BF16","shape":\[64\],"data_offsets":\[131200,131328\]}'
 NORM_NEW() { echo "\"model.layers.0.input_layernorm.weight\":$1"; }
 
 d=$(copy past_end)
@@ -80,23 +80,23 @@ d=$(copy header_past_end)
 file_case header_length_past_end "header length 99999999 runs past the end of the file" "$d"
 
 d=$(copy overlap)
-rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"BF16","shape":[64],"data_offsets":[65600,65728]}')/"
+rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"BF16","shape":[64],"data_offsets":[131136,131264]}')/"
 file_case overlapping_tensors "tensors 'model.embed_tokens.weight'.*and 'model.layers.0.input_layernorm.weight'.*overlap" "$d"
 
 d=$(copy dtype_size)
-rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"F32","shape":[64],"data_offsets":[65664,65792]}')/"
+rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"F32","shape":[64],"data_offsets":[131200,131328]}')/"
 file_case dtype_size_mismatch "input_layernorm.weight.*do not match dtype F32 × shape \\[64\\] = 256 bytes" "$d"
 
 d=$(copy dtype_unknown)
-rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"Q4_K","shape":[64],"data_offsets":[65664,65792]}')/"
+rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"Q4_K","shape":[64],"data_offsets":[131200,131328]}')/"
 file_case dtype_unknown "input_layernorm.weight.*unknown dtype 'Q4_K'" "$d"
 
 d=$(copy dtype_unsupported)
-rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"I16","shape":[64],"data_offsets":[65664,65792]}')/"
+rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"I16","shape":[64],"data_offsets":[131200,131328]}')/"
 model_case dtype_unsupported "input_layernorm.weight' has unsupported dtype I16" "$d"
 
 d=$(copy shape)
-rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"BF16","shape":[2,32],"data_offsets":[65664,65792]}')/"
+rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"BF16","shape":[2,32],"data_offsets":[131200,131328]}')/"
 model_case shape_mismatch "input_layernorm.weight' has shape \\[2, 32\\], expected \\[64\\]" "$d"
 
 d=$(copy missing)
@@ -120,7 +120,7 @@ d=$(copy huge_header)
 file_case header_length_10gb "header length 10737418240 exceeds the 100000000 byte limit" "$d"
 
 d=$(copy negative_dim)
-rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"BF16","shape":[-64],"data_offsets":[65664,65792]}')/"
+rewrite "$d/$ST" "s/$NORM/$(NORM_NEW '{"dtype":"BF16","shape":[-64],"data_offsets":[131200,131328]}')/"
 file_case negative_shape "shape \\[-64\\] has a negative dimension" "$d"
 
 d=$(copy short)
@@ -133,7 +133,7 @@ file_case empty_file "file is 0 bytes" "$d"
 
 d=$(copy cut_header)
 head -c 4000 "$M/$ST" >"$d/$ST"
-file_case cut_in_header "header length 15328 runs past the end of the file \\(4000 bytes" "$d"
+file_case cut_in_header "header length 15336 runs past the end of the file \\(4000 bytes" "$d"
 
 d=$(copy no_weights)
 rm "$d/$ST"
@@ -175,7 +175,7 @@ cfg_case() {  # cfg_case NAME PATTERN SED_EXPR
 }
 cfg_case negative_dim "field 'kv_lora_rank' must be a positive integer \\(got -32\\)" 's/"kv_lora_rank": 32/"kv_lora_rank": -32/'
 cfg_case zero_heads "field 'num_attention_heads' must be a positive integer \\(got 0\\)" 's/"num_attention_heads": 3,/"num_attention_heads": 0,/'
-cfg_case negative_vocab "field 'vocab_size' must be a positive integer \\(got -256\\)" 's/"vocab_size": 256/"vocab_size": -256/'
+cfg_case negative_vocab "field 'vocab_size' must be a positive integer \\(got -512\\)" 's/"vocab_size": 512/"vocab_size": -512/'
 cfg_case huge_layers "field 'num_hidden_layers' must be at most 2147483647" 's/"num_hidden_layers": 3/"num_hidden_layers": 9223372036854775807/'
 cfg_case float_dim "field 'hidden_size' must be a positive integer \\(got 64.5\\)" 's/"hidden_size": 64/"hidden_size": 64.5/'
 cfg_case string_dim "field 'v_head_dim' must be a positive integer \\(got \"32\"\\)" 's/"v_head_dim": 32/"v_head_dim": "32"/'

@@ -81,20 +81,34 @@ expect logits_values_bf16 0 'PASS$' -- logits --model "$M" --ids "$ids0" --dtype
 expect logits_chunked 0 'methods MHA_ONE_SHOT,MLA,MLA$' -- logits --model "$M" --ids 24,105,145,195,83 --prefill-chunk 2 --decode-from 4 --out "$tmp/l2.safetensors"
 expect logits_forced 0 'methods MHA_CHUNKED_KV' -- logits --model "$M" --ids 24,105,145 --method MHA_CHUNKED_KV --out "$tmp/l3.safetensors"
 expect logits_sharded 0 'logits \[3, 256\]' -- logits --model "$DATA/v3_norope_scaling" --ids 1,2,3 --out "$tmp/l4.safetensors"
-expect generate 0 '^169,127,233,196,17,174,196,186,92,87,82,9$' -- generate --model "$M" --ids 121,3,1,230,62,8,145,59,214 --max-new-tokens 12
-expect generate_json 0 '^\{"ids":\[169,127,233,196\],"methods":\["MHA_ONE_SHOT","MLA","MLA","MLA"\],"tokens_per_s":' -- \
-  generate --model "$M" --ids 121,3,1,230,62,8,145,59,214 --max-new-tokens 4 --json
-printf '121 3 1\n230,62 8\n145 59 214\n' >"$tmp/prompt.txt"
-expect generate_file 0 '^169,127,233$' -- generate --model "$M" --prompt-file "$tmp/prompt.txt" --max-new-tokens 3
+expect generate 0 '^15,99,85,274,18,10,198,134,208,99,453,381$' -- generate --model "$M" --ids 313,482,298,474,414,405,94,97,305 --max-new-tokens 12
+expect generate_json 0 '^\{"ids":\[15,99,85,274\],"methods":\["MHA_ONE_SHOT","MLA","MLA","MLA"\],"tokens_per_s":' -- \
+  generate --model "$M" --ids 313,482,298,474,414,405,94,97,305 --max-new-tokens 4 --json
+printf '313 482 298\n474,414 405\n94 97 305\n' >"$tmp/prompt.txt"
+expect generate_file 0 '^15,99,85$' -- generate --model "$M" --prompt-file "$tmp/prompt.txt" --max-new-tokens 3
 "$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 >"$tmp/s1" 2>/dev/null
 expect sampled_repeatable 0 "^$(cat "$tmp/s1")\$" -- generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3
 # The engine's sampler: top-k 1 and min-p 1 keep only the best token (greedy); seeds differ.
-expect sampled_top_k1 0 '^169,127,233,196,17,174$' -- generate --model "$M" --ids 121,3,1,230,62,8,145,59,214 --max-new-tokens 6 --temperature 1.5 --top-k 1 --seed 9
-expect sampled_min_p1 0 '^169,127,233,196,17,174$' -- generate --model "$M" --ids 121,3,1,230,62,8,145,59,214 --max-new-tokens 6 --temperature 1.5 --min-p 1 --seed 9
+expect sampled_top_k1 0 '^15,99,85,274,18,10$' -- generate --model "$M" --ids 313,482,298,474,414,405,94,97,305 --max-new-tokens 6 --temperature 1.5 --top-k 1 --seed 9
+expect sampled_min_p1 0 '^15,99,85,274,18,10$' -- generate --model "$M" --ids 313,482,298,474,414,405,94,97,305 --max-new-tokens 6 --temperature 1.5 --min-p 1 --seed 9
 "$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 1.5 --seed 4 >"$tmp/s2" 2>/dev/null
 "$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 1.5 --seed 5 >"$tmp/s3" 2>/dev/null
 cmp -s "$tmp/s2" "$tmp/s3" && { fail=$((fail + 1)); echo "FAIL seeds_differ"; } || pass=$((pass + 1))
-expect inspect 0 '^139 tensors, 338896 parameters' -- inspect --model "$M"
+# Text in, text out through the model folder's own tokenizer and chat template: the ids of
+# --prompt are the tokenizer's (with its BOS), and the output equals generate --ids of those ids.
+ids=$("$MLA" tokenize --tokenizer "$M" --text "The quick brown fox" --add-special-tokens 2>/dev/null | tr -d '[] ')
+expect text_prompt_ids 0 '^\[0,' -- tokenize --tokenizer "$M" --text "The quick brown fox" --add-special-tokens
+"$MLA" generate --model "$M" --ids "$ids" --max-new-tokens 6 >"$tmp/g_ids" 2>/dev/null
+"$MLA" generate --model "$M" --prompt "The quick brown fox" --max-new-tokens 6 --ignore-eos --json >"$tmp/g_text" 2>/dev/null
+if grep -q "\"prompt_ids\":\[$ids\]" "$tmp/g_text" && grep -q "\"ids\":\[$(cat "$tmp/g_ids")\]" "$tmp/g_text" &&
+   grep -q '"text":"' "$tmp/g_text"; then pass=$((pass + 1)); else
+  fail=$((fail + 1)); echo "FAIL text_prompt: $(cat "$tmp/g_text") vs ids $ids -> $(cat "$tmp/g_ids")"; fi
+printf '[{"role": "user", "content": "Hi!"}]' >"$tmp/chat.json"
+chat_ids=$("$MLA" chat-template --tokenizer "$M" --messages-file "$tmp/chat.json" --add-generation-prompt --json 2>/dev/null |
+           sed 's/.*"ids":\[\([0-9,]*\)\].*/\1/')
+expect chat_prompt 0 "\"prompt_ids\":\[$chat_ids\]" -- generate --model "$M" --messages-file "$tmp/chat.json" --max-new-tokens 3 --json
+expect text_prompt_no_tokenizer 1 "tokenizer.json" -- generate --model "$DATA/v2_greedy" --prompt "Hi"
+expect inspect 0 '^139 tensors, 371664 parameters' -- inspect --model "$M"
 expect inspect_kv 0 'kv cache per token: 144 values' -- inspect --model "$M"
 expect demo 0 '^OK: same tokens, same logits.$' -- demo
 

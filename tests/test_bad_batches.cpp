@@ -175,8 +175,8 @@ TEST(BadBatches, EngineRefusesBadBatchesAndChangesNothing) {
   expect_error([&] { e.step(ForwardMode::EXTEND, {}); }, "empty batch");
   expect_error([&] { e.step(ForwardMode::DECODE, {{1, {3, 4}}}); }, "new_len must be 1");
   expect_error([&] { e.step(ForwardMode::EXTEND, {{1, {3}}, {1, {4}}}); }, "id duplicates");
-  expect_error([&] { e.step(ForwardMode::EXTEND, {{2, {3}}, {1, {256}}}); },
-               "token id 256 is outside the vocabulary");
+  expect_error([&] { e.step(ForwardMode::EXTEND, {{2, {3}}, {1, {512}}}); },
+               "token id 512 is outside the vocabulary");
   expect_error([&] { e.step(ForwardMode::EXTEND, {{2, {3}}, {1, {-1}}}); },
                "token id -1 is outside the vocabulary");
   expect_error([&] { e.step(ForwardMode::EXTEND, {{2, std::vector<int32_t>(14, 1)}}); },
