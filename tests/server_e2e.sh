@@ -10,5 +10,15 @@ export MLA_MODEL=${MLA_MODEL:-$root/tests/data/v3_tiny}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 command -v node >/dev/null || { echo "server_e2e: node is not installed" >&2; exit 1; }
 MLA_NPM_MODULES=$(bash "$root/scripts/fetch_npm_test_deps.sh")
+# Token-id mode serves a model folder without a tokenizer (the demo model has one): the same files,
+# linked into a temp folder, but for tokenizer*.json.
+if [ "${1:-ids}" = ids ]; then
+  bare=$(mktemp -d)
+  trap 'rm -rf "$bare"' EXIT
+  for f in "$MLA_MODEL"/*; do
+    case $(basename "$f") in tokenizer*.json) ;; *) ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$bare/" ;; esac
+  done
+  export MLA_MODEL=$bare
+fi
 export MLA_NPM_MODULES
-exec node "$root/tests/server_e2e.mjs" "${1:-ids}"
+node "$root/tests/server_e2e.mjs" "${1:-ids}"
