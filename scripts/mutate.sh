@@ -25,9 +25,13 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.ccache} CCACHE_BASEDIR=$SCRATCH
 # The scratch copy: the tracked and untracked (not ignored) files of this tree, refreshed.
 # Only files that differ are copied, so the scratch build stays warm between runs.
 mkdir -p "$SCRATCH/tree"
-git ls-files -co --exclude-standard | while IFS= read -r f; do
+git ls-files -co --exclude-standard >"$SCRATCH/files"
+while IFS= read -r f; do
   if ! cmp -s "$f" "$SCRATCH/tree/$f"; then mkdir -p "$SCRATCH/tree/$(dirname "$f")" && cp "$f" "$SCRATCH/tree/$f"; fi
-done
+done <"$SCRATCH/files"
+# Files this tree no longer has leave the copy too (a moved source would still be globbed there).
+(cd "$SCRATCH/tree" && find . -type f | sed 's|^\./||') | sort | comm -23 - <(sort "$SCRATCH/files") |
+  while IFS= read -r f; do rm -f "$SCRATCH/tree/$f"; done
 T=$SCRATCH/tree
 B=$SCRATCH/build
 if [ ! -f "$B/build.ninja" ]; then
