@@ -8,14 +8,10 @@
 # The broken files are made here from a temp copy of tests/data/v3_tiny with bash, od, head and
 # tail only.
 set -u
-MLA=${MLA:-build/bin/mla}
+source "$(dirname "$0")/cli_lib.sh"
 DATA=${DATA:-$(dirname "$0")/data}
 M=$DATA/v3_tiny
 SHARDED=$DATA/v3_norope_scaling
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
 
 # check NAME RC PATTERN -- ARGS...: runs mla ARGS; --out, where given, is $tmp/out.safetensors.
 check() {
