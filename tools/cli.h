@@ -37,6 +37,7 @@ void add_demo_command(CLI::App& app, int& rc);
 void add_logits_command(CLI::App& app, int& rc);
 void add_generate_command(CLI::App& app, int& rc);
 void add_inspect_command(CLI::App& app, int& rc);
+void add_shape_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
 void add_serve_command(CLI::App& app, int& rc);
 void add_bench_serve_command(CLI::App& app, int& rc);

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add_logits_command(app, rc);
   add_generate_command(app, rc);
   add_inspect_command(app, rc);
+  add_shape_command(app, rc);
   add_bench_command(app, rc);
   add_serve_command(app, rc);
   add_bench_serve_command(app, rc);

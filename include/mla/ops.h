@@ -29,13 +29,25 @@ class Ops {
   virtual Tensor upload(const Tensor& host) = 0;      // same dtype, on this platform
   virtual Tensor download(const Tensor& t) = 0;       // a host copy
   virtual void fill(Tensor& t, double value) = 0;     // every element (NaN allowed)
+  // Element i = hash_normalish(seed, i, std) (mla/random.h): the same values on every platform.
+  virtual void fill_random(Tensor& t, uint64_t seed, double std) = 0;
   virtual void synchronize() {}
+
+  // ---- loading --------------------------------------------------------------------------------
+  // Host memory upload_async copies from at full speed (page-locked on GPUs; plain on the CPU).
+  virtual std::shared_ptr<void> alloc_staging(size_t bytes);
+  // dst's bytes [offset, offset + n) ← host[0, n). May return before the copy ends (GPUs): `host`
+  // must stay unchanged until wait_upload(slot); slot in [0, kUploadSlots) names the copy.
+  static constexpr int kUploadSlots = 4;
+  virtual void upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot);
+  virtual void wait_upload(int slot) {}
 
   // ---- weights --------------------------------------------------------------------------------
   // A platform may keep the absorbed weights in its own packed form (ROCm: fp8, MXFP4, or a
   // K-contiguous layout); the result travels with the layer's weights to the platform's own
   // methods. Default: nothing to pack.
   virtual std::shared_ptr<const void> pack_absorbed(const AbsorbedWeights& host) { return nullptr; }
+  virtual bool packs_absorbed() const { return false; }  // whether pack_absorbed returns anything
   // The absorbed weights as that packed form represents them, when they differ from `host`
   // (quantized): the reference harness judges the platform's absorbed methods against these.
   virtual std::optional<AbsorbedWeights> absorbed_as_packed(const AbsorbedWeights& host) const {

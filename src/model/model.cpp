@@ -12,88 +12,66 @@ namespace {
 
 std::string layer_prefix(int64_t i) { return fmt::format("model.layers.{}.", i); }
 
-MlpWeights load_mlp(const TensorLookup& get, const std::string& p, int64_t hidden, int64_t width,
-                    DType dtype) {
-  return {load_weight(get, p + "gate_proj.weight", {width, hidden}, dtype),
-          load_weight(get, p + "up_proj.weight", {width, hidden}, dtype),
-          load_weight(get, p + "down_proj.weight", {hidden, width}, dtype)};
-}
-
 }  // namespace
 
-ModelWeights load_model_weights(const ModelConfig& c, const TensorLookup& get,
-                                const std::vector<std::string>& names, DType dtype,
-                                std::vector<std::string>* unused) {
+Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops) : cfg_(c), ops_(ops) {
   c.validate();
-  std::set<std::string> used;
-  TensorLookup track = [&](const std::string& name) {
-    used.insert(name);
-    used.insert(name + "_scale_inv");
-    return get(name);
-  };
+  const DType act = ops.act_dtype();
   const int64_t H = c.hidden_size(), V = c.vocab_size;
-  ModelWeights w;
-  w.embed_tokens = load_weight(track, "model.embed_tokens.weight", {V, H}, dtype);
+  struct Job {
+    std::string name;
+    Tensor dst;
+  };
+  std::vector<Job> jobs;  // every weight, allocated first (the platform runs out before any read)
+  auto want = [&](const std::string& name, Shape shape, DType dtype) {
+    Tensor t = ops.empty(dtype, std::move(shape));
+    jobs.push_back({name, t});
+    return t;
+  };
+  auto want_mlp = [&](const std::string& p, int64_t width) -> Mlp {
+    return {want(p + "gate_proj.weight", {width, H}, act), want(p + "up_proj.weight", {width, H}, act),
+            want(p + "down_proj.weight", {H, width}, act)};
+  };
+  std::vector<AttentionWeights> attn(size_t(c.num_hidden_layers));
+  embed_ = want("model.embed_tokens.weight", {V, H}, act);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = layer_prefix(i);
-    DecoderLayerWeights l;
-    l.input_layernorm = load_weight(track, p + "input_layernorm.weight", {H}, dtype);
-    l.post_attention_layernorm = load_weight(track, p + "post_attention_layernorm.weight", {H}, dtype);
-    l.self_attn = load_attention_weights(c.attn, track, p + "self_attn.", dtype);
-    if (c.is_moe_layer(i)) {
-      MoeWeights m;
-      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
-      m.gate = load_weight(track, p + "mlp.gate.weight", {E, H}, DType::F32);
-      if (c.model_type() == "deepseek_v3")
-        m.e_score_correction_bias = load_weight(track, p + "mlp.gate.e_score_correction_bias", {E}, DType::F32);
-      for (int64_t e = 0; e < E; ++e)
-        m.experts.push_back(load_mlp(track, fmt::format("{}mlp.experts.{}.", p, e), H, I, dtype));
-      if (c.n_shared_experts > 0) m.shared = load_mlp(track, p + "mlp.shared_experts.", H, I * c.n_shared_experts, dtype);
-      l.moe = std::move(m);
-    } else {
-      l.mlp = load_mlp(track, p + "mlp.", H, c.intermediate_size, dtype);
-    }
-    w.layers.push_back(std::move(l));
-  }
-  w.norm = load_weight(track, "model.norm.weight", {H}, dtype);
-  const bool has_head = std::find(names.begin(), names.end(), "lm_head.weight") != names.end();
-  if (c.tie_word_embeddings && !has_head) w.lm_head = w.embed_tokens;
-  else w.lm_head = load_weight(track, "lm_head.weight", {V, H}, dtype);
-  if (unused)
-    for (const std::string& n : names)
-      if (!used.count(n)) unused->push_back(n);
-  return w;
-}
-
-Model::Model(const ModelConfig& c, const ModelWeights& w, Ops& ops) : cfg_(c), ops_(ops) {
-  c.validate();
-  if (int64_t(w.layers.size()) != c.num_hidden_layers)
-    fail("model weights have {} layers, the config {}", w.layers.size(), c.num_hidden_layers);
-  const DType act = ops.act_dtype();
-  auto up = [&](const Tensor& t) { return ops.upload(t.to(act)); };
-  embed_ = up(w.embed_tokens);
-  norm_ = up(w.norm);
-  lm_head_ = up(w.lm_head);
-  for (const DecoderLayerWeights& lw : w.layers) {
     Layer l;
-    l.input_layernorm = up(lw.input_layernorm);
-    l.post_attention_layernorm = up(lw.post_attention_layernorm);
-    l.attn = std::make_unique<AttentionLayer>(c.attn, lw.self_attn, ops);
-    if (lw.mlp) l.mlp = upload(*lw.mlp);
-    if (lw.moe) {
-      l.router = ops.upload(lw.moe->gate.to(DType::F32));
-      if (lw.moe->e_score_correction_bias.defined())
-        for (double v : lw.moe->e_score_correction_bias.to_doubles()) l.bias.push_back(float(v));
-      for (const MlpWeights& e : lw.moe->experts) l.experts.push_back(upload(e));
-      if (lw.moe->shared.gate_proj.defined()) l.shared = upload(lw.moe->shared);
+    l.input_layernorm = want(p + "input_layernorm.weight", {H}, act);
+    for (const AttentionWeightSlot& s : attention_weight_slots(c.attn))
+      if (s.used) attn[size_t(i)].*s.member = want(fmt::format("{}self_attn.{}.weight", p, s.name), s.shape, act);
+    l.post_attention_layernorm = want(p + "post_attention_layernorm.weight", {H}, act);
+    if (c.is_moe_layer(i)) {
+      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
+      l.router = want(p + "mlp.gate.weight", {E, H}, DType::F32);
+      if (c.model_type() == "deepseek_v3") l.bias = want(p + "mlp.gate.e_score_correction_bias", {E}, DType::F32);
+      l.experts = {ops.empty(act, {E, I, H}), ops.empty(act, {E, I, H}), ops.empty(act, {E, H, I})};
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
+        jobs.push_back({ep + "gate_proj.weight", l.experts.gate_proj.rows(e, e + 1).reshaped({I, H})});
+        jobs.push_back({ep + "up_proj.weight", l.experts.up_proj.rows(e, e + 1).reshaped({I, H})});
+        jobs.push_back({ep + "down_proj.weight", l.experts.down_proj.rows(e, e + 1).reshaped({H, I})});
+      }
+      if (c.n_shared_experts > 0) l.shared = want_mlp(p + "mlp.shared_experts.", I * c.n_shared_experts);
+    } else {
+      l.mlp = want_mlp(p + "mlp.", c.intermediate_size);
     }
     layers_.push_back(std::move(l));
   }
-}
-
-Model::Mlp Model::upload(const MlpWeights& m) {
-  const DType act = ops_.act_dtype();
-  return {ops_.upload(m.gate_proj.to(act)), ops_.upload(m.up_proj.to(act)), ops_.upload(m.down_proj.to(act))};
+  norm_ = want("model.norm.weight", {H}, act);
+  if (c.tie_word_embeddings && !src.has("lm_head.weight")) lm_head_ = embed_;
+  else lm_head_ = want("lm_head.weight", {V, H}, act);
+  int64_t bytes = 0;
+  for (const Job& j : jobs) bytes += int64_t(j.dst.nbytes()), parameters_ += j.dst.numel();
+  src.begin(int64_t(jobs.size()), bytes);
+  for (Job& j : jobs) src.fill(j.name, j.dst);
+  src.end();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    l.attn = AttentionLayer::on_platform(c.attn, attn[i], ops);
+    if (l.bias.defined())
+      for (double v : ops.download(l.bias).to_doubles()) l.host_bias.push_back(float(v));
+  }
 }
 
 Tensor Model::mlp(const Mlp& m, const Tensor& x) {
@@ -114,9 +92,10 @@ Tensor Model::moe(const Layer& l, const Tensor& x) {
   ops_.linear(x, l.router, logits);
   std::vector<float> host;
   for (double v : ops_.download(logits).to_doubles()) host.push_back(float(v));
-  Routing r = route_tokens(cfg_, host, l.bias, T);
+  Routing r = route_tokens(cfg_, host, l.host_bias, T);
   Tensor out = ops_.empty(ops_.act_dtype(), {T, cfg_.hidden_size()});  // [T, hidden]
   ops_.fill(out, 0.0);
+  const int64_t I = cfg_.moe_intermediate_size, Hd = cfg_.hidden_size();
   for (int64_t e = 0; e < E; ++e) {
     std::vector<int32_t> rows;
     std::vector<float> weights;
@@ -125,7 +104,9 @@ Tensor Model::moe(const Layer& l, const Tensor& x) {
     if (rows.empty()) continue;
     Tensor xe = ops_.empty(ops_.act_dtype(), {int64_t(rows.size()), cfg_.hidden_size()});  // [n_e, hidden]
     ops_.gather_rows(x, rows, xe);
-    ops_.scatter_add_rows(mlp(l.experts[size_t(e)], xe), rows, weights, out);
+    const Mlp w{l.experts.gate_proj.rows(e, e + 1).reshaped({I, Hd}), l.experts.up_proj.rows(e, e + 1).reshaped({I, Hd}),
+                l.experts.down_proj.rows(e, e + 1).reshaped({Hd, I})};
+    ops_.scatter_add_rows(mlp(w, xe), rows, weights, out);
   }
   if (l.shared) ops_.add(out, mlp(*l.shared, x));
   return out;
@@ -145,12 +126,15 @@ ForwardMethod Model::choose_method(const Batch& b, const ForwardOptions& opt) co
 }
 
 ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& plan, KVPool& pool,
-                           const ForwardOptions& opt) {
+                           const ForwardOptions& opt, const std::vector<int32_t>* logit_rows) {
   const int64_t T = plan.num_tokens, Hd = cfg_.hidden_size();
   if (int64_t(ids.size()) != T) fail("model: {} ids for a batch of {} tokens", ids.size(), T);
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
       fail("token id {} (position {} of the batch) is outside the vocabulary [0, {})", ids[i], i, cfg_.vocab_size);
+  if (logit_rows)
+    for (int32_t r : *logit_rows)
+      if (r < 0 || r >= T) fail("model: logit row {} is outside the batch of {} tokens", r, T);
   if (pool.config().num_layers != cfg_.num_hidden_layers)
     fail("KV pool has {} layers, the model {}", pool.config().num_layers, cfg_.num_hidden_layers);
   ModelOutput out;
@@ -169,8 +153,13 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
     ops_.rmsnorm(x, Hd, l.post_attention_layernorm, cfg_.attn.rms_norm_eps);
     ops_.add(h, l.mlp ? mlp(*l.mlp, x) : moe(l, x));
   }
+  if (logit_rows) {  // the final norm and lm_head act row by row: only the rows asked for
+    Tensor picked = ops_.empty(act, {int64_t(logit_rows->size()), Hd});  // [rows, hidden]
+    ops_.gather_rows(h, *logit_rows, picked);
+    h = picked;
+  }
   ops_.rmsnorm(h, Hd, norm_, cfg_.attn.rms_norm_eps);
-  out.logits = ops_.empty(DType::F32, {T, cfg_.vocab_size});  // [T, vocab]
+  out.logits = ops_.empty(DType::F32, {h.dim(0), cfg_.vocab_size});  // [rows, vocab]
   ops_.linear(h, lm_head_, out.logits);
   return out;
 }

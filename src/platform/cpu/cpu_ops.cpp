@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "mla/error.h"
+#include "mla/random.h"
 #include "mla/platform_ops.h"
 #include "platform/cpu/convert.h"
 #include "platform/registry.h"
@@ -158,6 +159,18 @@ class CpuOps final : public Ops {
     const size_t n = size_t(t.numel());
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) t.set(i, value);
+  }
+  void fill_random(Tensor& t, uint64_t seed, double std) override {
+    const size_t n = size_t(t.numel());
+    const float scale = float(std);
+    auto each = [&](auto store) {
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < n; ++i) store(i, hash_normalish(seed, i, scale));
+    };
+    // bf16 and f32 stores of a float round as store_from_double does (one rounding: exact widening)
+    if (t.dtype() == DType::BF16) each([&](size_t i, float v) { t.ptr<bf16>()[i] = float_to_bf16(v); });
+    else if (t.dtype() == DType::F32) each([&](size_t i, float v) { t.ptr<float>()[i] = v; });
+    else each([&](size_t i, float v) { t.set(i, v); });
   }
 
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "platform/gpu/gpu_check.h"
+#include "mla/random.h"
 #include "platform/gpu/elem.cuh"
 #include "platform/gpu/elementwise.h"
 #include "platform/gpu/norm.cuh"
@@ -19,20 +20,9 @@ __global__ void fill_k(void* p, Elem e, size_t n, float v) {
   if (i < n) store_elem(p, e, i, v);
 }
 
-__device__ __forceinline__ float hash_uniform(uint64_t x) {  // splitmix64 → [0, 1)
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return float(x >> 40) * (1.0f / 16777216.0f);
-}
-
 __global__ void fill_random_k(void* p, Elem e, size_t n, uint64_t seed, float scale) {
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const uint64_t b = seed * 0x100000001b3ull + i * 4;  // sum of 4 uniforms ≈ normal (Irwin–Hall)
-  const float v = hash_uniform(b) + hash_uniform(b + 1) + hash_uniform(b + 2) + hash_uniform(b + 3) - 2.0f;
-  store_elem(p, e, i, v * 1.7320508f * scale);
+  if (i < n) store_elem(p, e, i, hash_normalish(seed, i, scale));
 }
 
 __global__ void convert_k(const void* src, Elem se, void* dst, Elem de, size_t n) {

@@ -39,7 +39,31 @@ GpuOps::GpuOps(Platform platform, DType act) : platform_(platform), act_(act) {
   poison_ = poison && std::string(poison) == "1";
 }
 
-GpuOps::~GpuOps() { (void)cudaStreamSynchronize(stream_); }
+GpuOps::~GpuOps() {
+  (void)cudaStreamSynchronize(stream_);
+  for (cudaEvent_t e : upload_events_)
+    if (e) (void)cudaEventDestroy(e);
+}
+
+std::shared_ptr<void> GpuOps::alloc_staging(size_t bytes) {
+  void* p = nullptr;
+  MLA_GPU_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  return std::shared_ptr<void>(p, [](void* q) { (void)cudaFreeHost(q); });
+}
+
+void GpuOps::upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot) {
+  expect(dst.platform() == platform_ && offset + n <= dst.nbytes() && slot >= 0 && slot < kUploadSlots,
+         "upload_async", fmt::format("{} bytes at {} into a tensor of {} bytes (slot {})", n, offset, dst.nbytes(), slot));
+  cudaEvent_t& e = upload_events_[size_t(slot)];
+  if (!e) MLA_GPU_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  MLA_GPU_CHECK(cudaMemcpyAsync(static_cast<char*>(dst.data()) + offset, host, n, cudaMemcpyHostToDevice, stream_));
+  MLA_GPU_CHECK(cudaEventRecord(e, stream_));
+}
+
+void GpuOps::wait_upload(int slot) {
+  expect(slot >= 0 && slot < kUploadSlots, "wait_upload", fmt::format("slot {}", slot));
+  if (cudaEvent_t e = upload_events_[size_t(slot)]) MLA_GPU_CHECK(cudaEventSynchronize(e));
+}
 
 void GpuOps::synchronize() { MLA_GPU_CHECK(cudaStreamSynchronize(stream_)); }
 

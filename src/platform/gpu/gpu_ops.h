@@ -4,6 +4,7 @@
 // kernels on ROCm) and its faster kernels where they apply.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +61,12 @@ class GpuOps : public Ops {
     return h;
   }
   void fill(Tensor& t, double v) override { gpu::fill(t.data(), elem_of(t.dtype()), size_t(t.numel()), float(v), stream_); }
+  void fill_random(Tensor& t, uint64_t seed, double std) override {
+    gpu::fill_random(t.data(), elem_of(t.dtype()), size_t(t.numel()), seed, float(std), stream_);
+  }
+  std::shared_ptr<void> alloc_staging(size_t bytes) override;                                  // pinned
+  void upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot) override;  // + event
+  void wait_upload(int slot) override;
   void rmsnorm(Tensor& x, int64_t n, const Tensor& w, double eps) override {
     const int64_t ld = x.dim(-1);
     expect(n <= ld && w.numel() == n, "rmsnorm", "weight size");
@@ -236,6 +243,7 @@ class GpuOps : public Ops {
   int num_sms_ = 0;
   bool poison_ = false;
   std::map<int, Tensor> scratch_;
+  std::array<cudaEvent_t, kUploadSlots> upload_events_{};  // the last copy of each upload slot
 };
 
 int device_count();  // 0 when the runtime finds no device
