@@ -96,6 +96,11 @@ class Ops {
   // out[M, I] = silu(gate[M, I]) · up[M, I]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
 
+  // ---- sampling -------------------------------------------------------------------------------
+  // x[R, V] f32 → out[R] I32: per row the first index of the largest value (greedy decoding, as
+  // std::max_element picks it); NaN is never the largest (a row of NaN gives 0).
+  virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
+
   // ---- MLA steps ------------------------------------------------------------------------------
   // q[T, H, dn+dr] → q_mla[T, H, kv_lora_rank + dr] = [q_nope[h] · w_kc[h] | q_pe]
   //   w_kc[H, dn, kv_lora_rank]

@@ -39,9 +39,10 @@ void Engine::adopt(RequestId id, const std::vector<int32_t>& shared) {
   }
 }
 
-StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only) {
+StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only, bool greedy) {
   const ModelConfig& c = model_.config();
   if (reqs.empty()) fail("engine: empty batch (no requests)");
+  if (greedy && !last_only) fail("engine: greedy tokens come from the last rows (last_only)");
   Batch b{mode, {}};
   std::vector<int32_t> ids;
   int64_t pages_needed = 0;
@@ -72,6 +73,13 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, 
   for (const BatchRequest& r : b.requests) lengths_[r.id] = r.prefix_len + r.new_len;
   StepResult res;
   res.method = out.method;
+  if (greedy) {
+    Tensor ids_out = model_.ops().empty(DType::I32, {out.logits.dim(0)});  // [requests]
+    model_.ops().argmax_rows(out.logits, ids_out);
+    Tensor host = model_.ops().download(ids_out);
+    res.greedy.assign(host.ptr<int32_t>(), host.ptr<int32_t>() + host.numel());
+    return res;
+  }
   Tensor host = model_.ops().download(out.logits);
   res.logits.assign(host.ptr<float>(), host.ptr<float>() + host.numel());
   return res;

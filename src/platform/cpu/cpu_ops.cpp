@@ -435,6 +435,19 @@ class CpuOps final : public Ops {
     store_row(buf.data(), n, dst.data(), dst.dtype(), 0);
   }
 
+  void argmax_rows(const Tensor& x, Tensor& out) override {
+    const int64_t V = x.dim(-1), R = rows_of(x);
+    expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == R, "argmax_rows",
+           "x must be f32 [R, V] and out i32 [R]");
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = x.ptr<float>() + r * V;
+      int64_t best = 0;
+      for (int64_t i = 0; i < V; ++i)
+        if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = i;
+      out.ptr<int32_t>()[r] = int32_t(best);
+    }
+  }
+
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
     expect(gate.numel() == up.numel() && out.numel() == gate.numel(), "silu_mul", "shape mismatch");
     const int64_t d = gate.dim(-1), M = rows_of(gate);

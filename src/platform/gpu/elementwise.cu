@@ -100,6 +100,32 @@ __global__ void silu_mul_k(const void* g, const void* u, Elem e, void* out, size
   store_elem(out, e, i, x / (1.f + expf(-x)) * load_elem(u, e, i));
 }
 
+// (v, i) beats (w, j): larger, or equal and earlier; NaN loses to any number.
+__device__ __forceinline__ bool beats(float v, int32_t i, float w, int32_t j) {
+  if (isnan(w)) return !isnan(v) || i < j;
+  if (isnan(v)) return false;
+  return v > w || (v == w && i < j);
+}
+
+// One block per row: strided scans, then a tree over the block (32-lane groups, then shared memory).
+__global__ void argmax_rows_k(const float* x, int64_t V, int32_t* out) {
+  const float* row = x + int64_t(blockIdx.x) * V;
+  float best = NAN;
+  int32_t at = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    if (beats(row[i], int32_t(i), best, at)) best = row[i], at = int32_t(i);
+  __shared__ float sv[kThreads];
+  __shared__ int32_t si[kThreads];
+  sv[threadIdx.x] = best, si[threadIdx.x] = at;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w && beats(sv[threadIdx.x + w], si[threadIdx.x + w], sv[threadIdx.x], si[threadIdx.x]))
+      sv[threadIdx.x] = sv[threadIdx.x + w], si[threadIdx.x] = si[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = si[0] == 0x7fffffff ? 0 : si[0];
+}
+
 __global__ void merge_k(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d) {
   const int64_t r = blockIdx.x;
   const float sa = lse[r], sb = lseb[r];
@@ -176,6 +202,11 @@ void scatter_add_rows(const void* src, Elem se, const int32_t* rows, const float
   if (n > 0) MLA_LAUNCH(scatter_add_rows_k, d, s, src, se, rows, w, n, d, out, oe);
 }
 void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s) { MLA_LAUNCH(add_k, n, s, x, xe, y, ye, n); }
+void argmax_rows(const float* x, int64_t R, int64_t V, int32_t* out, cudaStream_t s) {
+  if (R == 0) return;
+  argmax_rows_k<<<unsigned(R), kThreads, 0, s>>>(x, V, out);
+  MLA_GPU_LAUNCH_CHECK();
+}
 void silu_mul(const void* g, const void* u, Elem e, void* out, size_t n, cudaStream_t s) {
   MLA_LAUNCH(silu_mul_k, n, s, g, u, e, out, n);
 }

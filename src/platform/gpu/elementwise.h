@@ -37,6 +37,8 @@ void gather_rows(const void* table, Elem te, const int32_t* ids, int64_t n, int6
 void scatter_add_rows(const void* src, Elem se, const int32_t* rows, const float* w, int64_t n,
                       int64_t d, void* out, Elem oe, cudaStream_t s);
 void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s);
+// out[r] = the first index of the largest of x[r, 0..V) (NaN never wins; all NaN → 0)
+void argmax_rows(const float* x, int64_t R, int64_t V, int32_t* out, cudaStream_t s);
 void silu_mul(const void* gate, const void* up, Elem e, void* out, size_t n, cudaStream_t s);
 // (o, lse) ← merge((o, lse), (ob, lseb)); o[n, d], lse[n]
 void merge(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d,

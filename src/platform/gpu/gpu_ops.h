@@ -146,6 +146,11 @@ class GpuOps : public Ops {
     else
       gpu::convert(src.data(), elem_of(src.dtype()), dst.data(), elem_of(dst.dtype()), size_t(src.numel()), stream_);
   }
+  void argmax_rows(const Tensor& x, Tensor& out) override {
+    expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == rows_of(x), "argmax_rows",
+           "x must be f32 [R, V] and out i32 [R]");
+    gpu::argmax_rows(x.ptr<float>(), rows_of(x), x.dim(-1), out.ptr<int32_t>(), stream_);
+  }
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
     expect(gate.numel() == up.numel() && out.numel() == gate.numel(), "silu_mul", "shape");
     gpu::silu_mul(gate.data(), up.data(), elem_of(gate.dtype()), out.data(), size_t(gate.numel()), stream_);
