@@ -41,6 +41,7 @@ void add_shape_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
 void add_serve_command(CLI::App& app, int& rc);
 void add_bench_serve_command(CLI::App& app, int& rc);
+void add_bench_model_command(CLI::App& app, int& rc);
 void add_tokenize_command(CLI::App& app, int& rc);
 void add_detokenize_command(CLI::App& app, int& rc);
 void add_chat_template_command(CLI::App& app, int& rc);

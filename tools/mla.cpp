@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   add_bench_command(app, rc);
   add_serve_command(app, rc);
   add_bench_serve_command(app, rc);
+  add_bench_model_command(app, rc);
   add_tokenize_command(app, rc);
   add_detokenize_command(app, rc);
   add_chat_template_command(app, rc);
