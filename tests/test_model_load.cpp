@@ -190,3 +190,31 @@ TEST(ModelForward, LogitRowsAreTheFullForwardsRows) {
 
 }  // namespace
 }  // namespace mla
+
+namespace mla {
+namespace {
+
+// The fused residual add and RMSNorm a platform may have gives the bits of the three steps.
+TEST(AddRmsnorm, IsAddCopyRmsnormBitForBit) {
+  for (Platform p : platforms())
+    for (DType act : {DType::F32, DType::BF16}) {
+      auto ops = make_ops(p, act);
+      const int64_t M = 5, n = 1000;  // n: not a multiple of the block
+      Tensor h = ops->empty(act, {M, n}), y = ops->empty(act, {M, n}), w = ops->empty(act, {n});
+      ops->fill_random(h, 1, 3.0);
+      ops->fill_random(y, 2, 1.0);
+      ops->fill_random(w, 3, 1.0);
+      Tensor h2 = ops->empty(act, {M, n}), x = ops->empty(act, {M, n}), x2 = ops->empty(act, {M, n});
+      ops->copy(h, h2);
+      ops->add_rmsnorm(h, y, x, w, 1e-6);
+      ops->add(h2, y);
+      ops->copy(h2, x2);
+      ops->rmsnorm(x2, n, w, 1e-6);
+      const Tensor a = ops->download(h), b = ops->download(h2), c = ops->download(x), d = ops->download(x2);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes())) << platform_name(p) << " " << dtype_name(act) << " h";
+      EXPECT_EQ(0, std::memcmp(c.data(), d.data(), c.nbytes())) << platform_name(p) << " " << dtype_name(act) << " x";
+    }
+}
+
+}  // namespace
+}  // namespace mla

@@ -59,6 +59,9 @@ class Ops {
   virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
   // x[M, ld]: RMSNorm over columns [0, n) of each row, in place, times w[n]
   virtual void rmsnorm(Tensor& x, int64_t n, const Tensor& w, double eps) = 0;
+  // h[M, n] += y[M, n]; then x[M, n] = RMSNorm(h) · w[n]: the residual add and the next norm, as
+  // add(h, y); copy(h, x); rmsnorm(x, n, w, eps) give them, bit for bit (a platform may fuse them).
+  virtual void add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, double eps);
   // x[T, heads·head_dim]: RoPE on columns [rot_offset, rot_offset + rope_dim) of every head
   virtual void rope(Tensor& x, int64_t heads, int64_t head_dim, int64_t rot_offset,
                     const std::vector<int32_t>& positions, const RopeFrequencies& f) = 0;

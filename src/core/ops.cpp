@@ -1,4 +1,5 @@
-// The Ops defaults: loading by plain copies, for platforms whose memory the host addresses.
+// The Ops defaults: loading by plain copies (for platforms whose memory the host addresses) and
+// the residual add with the next RMSNorm as three steps.
 #include "mla/ops.h"
 
 #include <cstdlib>
@@ -19,6 +20,12 @@ void Ops::upload_async(const void* host, Tensor& dst, size_t offset, size_t n, i
   if (offset + n > dst.nbytes() || slot < 0 || slot >= kUploadSlots)
     fail("{}: upload of {} bytes at {} into a tensor of {} bytes (slot {})", name(), n, offset, dst.nbytes(), slot);
   std::memcpy(static_cast<char*>(dst.data()) + offset, host, n);
+}
+
+void Ops::add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, double eps) {
+  add(h, y);
+  copy(h, x);
+  rmsnorm(x, x.dim(-1), w, eps);
 }
 
 }  // namespace mla

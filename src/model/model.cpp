@@ -142,17 +142,20 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
   const DType act = ops_.act_dtype();
   Tensor h = ops_.empty(act, {T, Hd});  // [T, hidden] the residual stream
   ops_.gather_rows(embed_, ids, h);
-  Tensor x = ops_.empty(act, {T, Hd});
+  Tensor x = ops_.empty(act, {T, Hd});  // [T, hidden] the normalized input of a sublayer
+  Tensor pending;  // the last sublayer's output, added to h with the next norm
+  auto add_norm = [&](const Tensor& w) {
+    if (pending.defined()) ops_.add_rmsnorm(h, pending, x, w, cfg_.attn.rms_norm_eps);
+    else ops_.copy(h, x), ops_.rmsnorm(x, Hd, w, cfg_.attn.rms_norm_eps);
+  };
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    ops_.copy(h, x);
-    ops_.rmsnorm(x, Hd, l.input_layernorm, cfg_.attn.rms_norm_eps);
-    AttentionOutput a = l.attn->forward(x, plan, pool, int64_t(i), out.method, opt.dispatch);
-    ops_.add(h, a.out);
-    ops_.copy(h, x);
-    ops_.rmsnorm(x, Hd, l.post_attention_layernorm, cfg_.attn.rms_norm_eps);
-    ops_.add(h, l.mlp ? mlp(*l.mlp, x) : moe(l, x));
+    add_norm(l.input_layernorm);
+    pending = l.attn->forward(x, plan, pool, int64_t(i), out.method, opt.dispatch).out;
+    add_norm(l.post_attention_layernorm);
+    pending = l.mlp ? mlp(*l.mlp, x) : moe(l, x);
   }
+  if (pending.defined()) ops_.add(h, pending);
   if (logit_rows) {  // the final norm and lm_head act row by row: only the rows asked for
     Tensor picked = ops_.empty(act, {int64_t(logit_rows->size()), Hd});  // [rows, hidden]
     ops_.gather_rows(h, *logit_rows, picked);

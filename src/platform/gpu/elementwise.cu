@@ -34,6 +34,16 @@ __global__ void rmsnorm_k(void* x, Elem e, int64_t ld, int64_t n, const void* w,
   rmsnorm_row(x, e, size_t(blockIdx.x) * size_t(ld), n, w, we, eps);
 }
 
+__global__ void add_rmsnorm_k(void* h, Elem e, const void* y, Elem ye, void* x, int64_t n, const void* w, Elem we,
+                              float eps) {
+  const size_t row = size_t(blockIdx.x) * size_t(n);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {  // the stride rmsnorm_row reads with: no sync
+    store_elem(h, e, row + i, load_elem(h, e, row + i) + load_elem(y, ye, row + i));
+    store_elem(x, e, row + i, load_elem(h, e, row + i));
+  }
+  rmsnorm_row(x, e, row, n, w, we, eps);
+}
+
 __global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,
                        const int32_t* pos, const double* inv_freq, int64_t half, double af,
                        bool interleave) {
@@ -176,6 +186,12 @@ void convert(const void* src, Elem se, void* dst, Elem de, size_t n, cudaStream_
 void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps, cudaStream_t s) {
   if (M == 0) return;
   rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(x, e, ld, n, w, we, eps);
+  MLA_GPU_LAUNCH_CHECK();
+}
+void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, int64_t n, const void* w, Elem we,
+                 float eps, cudaStream_t s) {
+  if (M == 0) return;
+  add_rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(h, e, y, ye, x, n, w, we, eps);
   MLA_GPU_LAUNCH_CHECK();
 }
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off, const int32_t* positions,

@@ -15,6 +15,9 @@ void convert(const void* src, Elem se, void* dst, Elem de, size_t n, cudaStream_
 // x[M, ld]: RMSNorm over columns [0, n) of each row, in place; w[n]
 void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps,
              cudaStream_t s);
+// h[M, n] += y; x = h; x = RMSNorm(x) · w (one block per row: the same bits as add, convert, rmsnorm)
+void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, int64_t n, const void* w, Elem we,
+                 float eps, cudaStream_t s);
 // x[T, heads·head_dim]: rotate columns [off, off + 2·half) of every head; angles pos·inv_freq[i]
 // in double; cos/sin × attention_factor; interleaved pairs or NeoX halves.
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,

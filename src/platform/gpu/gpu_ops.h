@@ -73,6 +73,14 @@ class GpuOps : public Ops {
     gpu::rmsnorm(x.data(), elem_of(x.dtype()), rows_of(x), ld, n, w.data(), elem_of(w.dtype()), float(eps), stream_);
   }
 
+  void add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, double eps) override {
+    const int64_t n = h.dim(-1);
+    expect(y.numel() == h.numel() && x.numel() == h.numel() && x.dtype() == h.dtype() && w.numel() == n, "add_rmsnorm",
+           "shape or dtype");
+    gpu::add_rmsnorm(h.data(), elem_of(h.dtype()), y.data(), elem_of(y.dtype()), x.data(), rows_of(h), n, w.data(),
+                     elem_of(w.dtype()), float(eps), stream_);
+  }
+
   void rope(Tensor& x, int64_t heads, int64_t head_dim, int64_t rot_offset, const std::vector<int32_t>& positions,
             const RopeFrequencies& f) override {
     const int64_t T = x.numel() / (heads * head_dim), half = int64_t(f.inv_freq.size());
