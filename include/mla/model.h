@@ -7,6 +7,7 @@
 
 #include "mla/attention.h"
 #include "mla/model_config.h"
+#include "mla/moe.h"
 #include "mla/weights.h"
 
 namespace mla {
@@ -45,14 +46,8 @@ ModelWeights load_model_weights(const ModelConfig& c, const TensorLookup& get,
                                 const std::vector<std::string>& names, DType dtype,
                                 std::vector<std::string>* unused = nullptr);
 
-// Expert choice for T tokens: expert[t·k + j] and weight[t·k + j], k = num_experts_per_tok.
-struct Routing {
-  std::vector<int32_t> expert;
-  std::vector<float> weight;
-};
-// router_logits [T, n_routed_experts] (f32, as HF computes them); bias [n_routed_experts] or empty.
-Routing route_tokens(const ModelConfig& c, const std::vector<float>& router_logits,
-                     const std::vector<float>& bias, int64_t T);
+// The routing parameters of the config's MoE layers (mla/moe.h).
+MoeRouting moe_routing(const ModelConfig& c);
 
 struct ForwardOptions {
   DispatchSettings dispatch;
@@ -87,8 +82,9 @@ class Model {
     std::unique_ptr<AttentionLayer> attn;
     std::optional<Mlp> mlp;
     Tensor router;  // [E, hidden] f32
-    std::vector<float> bias;
-    std::vector<Mlp> experts;
+    Tensor bias;    // [E] f32 e_score_correction_bias (V3), undefined for V2
+    Tensor experts_gate, experts_up;  // [E, I, hidden] stacked routed experts
+    Tensor experts_down;              // [E, hidden, I]
     std::optional<Mlp> shared;
   };
   Mlp upload(const MlpWeights& m);
@@ -97,6 +93,7 @@ class Model {
 
   ModelConfig cfg_;
   Ops& ops_;
+  MoeRouting routing_;
   Tensor embed_, norm_, lm_head_;
   std::vector<Layer> layers_;
 };

@@ -1,7 +1,9 @@
 // The DeepSeek decoder, written once against Ops: embedding, layers (attention + dense MLP or
-// MoE), final norm, lm_head. Routing runs on the host from the f32 router logits.
+// MoE), final norm, lm_head. MoE layers route and run their experts on the platform (Ops::moe_route,
+// Ops::moe_experts) from the f32 router logits, with the routed experts stacked per projection.
 #include "mla/model.h"
 
+#include <cstring>
 #include <set>
 
 #include "mla/error.h"
@@ -19,7 +21,34 @@ MlpWeights load_mlp(const TensorLookup& get, const std::string& p, int64_t hidde
           load_weight(get, p + "down_proj.weight", {hidden, width}, dtype)};
 }
 
+// The routed experts' `proj` stacked into one host tensor [E, rows, cols] in `dtype`.
+Tensor stack_experts(const std::vector<MlpWeights>& experts, Tensor MlpWeights::*proj, DType dtype) {
+  const Tensor& first = experts.front().*proj;
+  Tensor s = Tensor::host(dtype, {int64_t(experts.size()), first.dim(0), first.dim(1)});
+  const size_t each = size_t(first.numel()) * dtype_size(dtype);
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const Tensor t = (experts[e].*proj).to(dtype);
+    if (t.shape() != first.shape())
+      fail("expert {} has a {} projection, expert 0 {}", e, shape_str(t.shape()), shape_str(first.shape()));
+    std::memcpy(static_cast<char*>(s.data()) + e * each, t.data(), each);
+  }
+  return s;
+}
+
 }  // namespace
+
+MoeRouting moe_routing(const ModelConfig& c) {
+  MoeRouting r;
+  r.n_routed_experts = c.n_routed_experts;
+  r.num_experts_per_tok = c.num_experts_per_tok;
+  r.n_group = c.n_group;
+  r.topk_group = c.topk_group;
+  r.scoring_func = c.scoring_func;
+  r.topk_method = c.topk_method;
+  r.norm_topk_prob = c.norm_topk_prob;
+  r.routed_scaling_factor = c.routed_scaling_factor;
+  return r;
+}
 
 ModelWeights load_model_weights(const ModelConfig& c, const TensorLookup& get,
                                 const std::vector<std::string>& names, DType dtype,
@@ -67,6 +96,7 @@ ModelWeights load_model_weights(const ModelConfig& c, const TensorLookup& get,
 
 Model::Model(const ModelConfig& c, const ModelWeights& w, Ops& ops) : cfg_(c), ops_(ops) {
   c.validate();
+  if (c.n_routed_experts > 0) routing_ = moe_routing(c);
   if (int64_t(w.layers.size()) != c.num_hidden_layers)
     fail("model weights have {} layers, the config {}", w.layers.size(), c.num_hidden_layers);
   const DType act = ops.act_dtype();
@@ -83,8 +113,11 @@ Model::Model(const ModelConfig& c, const ModelWeights& w, Ops& ops) : cfg_(c), o
     if (lw.moe) {
       l.router = ops.upload(lw.moe->gate.to(DType::F32));
       if (lw.moe->e_score_correction_bias.defined())
-        for (double v : lw.moe->e_score_correction_bias.to_doubles()) l.bias.push_back(float(v));
-      for (const MlpWeights& e : lw.moe->experts) l.experts.push_back(upload(e));
+        l.bias = ops.upload(lw.moe->e_score_correction_bias.to(DType::F32));
+      // The routed experts, one stacked tensor per projection: [E, I, hidden] ×2, [E, hidden, I].
+      l.experts_gate = ops.upload(stack_experts(lw.moe->experts, &MlpWeights::gate_proj, act));
+      l.experts_up = ops.upload(stack_experts(lw.moe->experts, &MlpWeights::up_proj, act));
+      l.experts_down = ops.upload(stack_experts(lw.moe->experts, &MlpWeights::down_proj, act));
       if (lw.moe->shared.gate_proj.defined()) l.shared = upload(lw.moe->shared);
     }
     layers_.push_back(std::move(l));
@@ -109,24 +142,13 @@ Tensor Model::mlp(const Mlp& m, const Tensor& x) {
 }
 
 Tensor Model::moe(const Layer& l, const Tensor& x) {
-  const int64_t T = x.dim(0), E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
+  const int64_t T = x.dim(0), E = routing_.n_routed_experts, K = routing_.num_experts_per_tok;
   Tensor logits = ops_.empty(DType::F32, {T, E});  // [T, E], f32 as HF computes the router
   ops_.linear(x, l.router, logits);
-  std::vector<float> host;
-  for (double v : ops_.download(logits).to_doubles()) host.push_back(float(v));
-  Routing r = route_tokens(cfg_, host, l.bias, T);
+  Tensor expert = ops_.empty(DType::I32, {T, K}), weight = ops_.empty(DType::F32, {T, K});  // [T, K]
+  ops_.moe_route(logits, l.bias, routing_, expert, weight);
   Tensor out = ops_.empty(ops_.act_dtype(), {T, cfg_.hidden_size()});  // [T, hidden]
-  ops_.fill(out, 0.0);
-  for (int64_t e = 0; e < E; ++e) {
-    std::vector<int32_t> rows;
-    std::vector<float> weights;
-    for (int64_t i = 0; i < T * K; ++i)
-      if (r.expert[size_t(i)] == e) rows.push_back(int32_t(i / K)), weights.push_back(r.weight[size_t(i)]);
-    if (rows.empty()) continue;
-    Tensor xe = ops_.empty(ops_.act_dtype(), {int64_t(rows.size()), cfg_.hidden_size()});  // [n_e, hidden]
-    ops_.gather_rows(x, rows, xe);
-    ops_.scatter_add_rows(mlp(l.experts[size_t(e)], xe), rows, weights, out);
-  }
+  ops_.moe_experts(x, expert, weight, l.experts_gate, l.experts_up, l.experts_down, out);
   if (l.shared) ops_.add(out, mlp(*l.shared, x));
   return out;
 }
