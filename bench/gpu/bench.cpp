@@ -243,6 +243,11 @@ json bench_moe(const std::string& name, const MoeRouting& r, int64_t I, int64_t 
     ops->moe_route(logits, bias, r, ex, w);
     ops->moe_experts(x, ex, w, m.gate, m.up, m.down, out);
   });
+  const double route_us = time_us(s, runs, [&](int) { ops->moe_route(logits, bias, r, ex, w); });
+  const double experts_us = time_us(s, runs, [&](int i) {
+    const Set& m = sets[size_t(i) % sets.size()];
+    ops->moe_experts(x, ex, w, m.gate, m.up, m.down, out);
+  });
   const Tensor hx = ops->download(ex);
   std::vector<bool> touched(size_t(E), false);
   for (int64_t i = 0; i < T * K; ++i) touched[size_t(hx.ptr<int32_t>()[i])] = true;
@@ -251,6 +256,7 @@ json bench_moe(const std::string& name, const MoeRouting& r, int64_t I, int64_t 
   const double bytes = n_touched * 3.0 * double(I) * double(Hd) * 2 + 2.0 * double(T * Hd) * 2;
   json j = row(fmt::format("moe {} T{}", name, T), us, flops, bytes, c);
   j.update({{"T", T}, {"E", E}, {"K", K}, {"I", I}, {"hidden", Hd}, {"experts_touched", n_touched},
+            {"route_us", route_us}, {"experts_us", experts_us},
             {"roofline_us", std::max(bytes / (c.copy_gbs * 1e9), flops / (c.gemm_tflops * 1e12)) * 1e6}});
   if (old_loop) {
     std::vector<Tensor> eg, eu, ed;  // per-expert tensors, as the model held them
