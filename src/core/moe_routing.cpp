@@ -1,8 +1,8 @@
-// moe_routing.cpp — MoE routing, as transformers computes it: V3 (sigmoid scores, e_score_correction_bias for the
-// choice only, groups scored by the sum of their top-2, noaux_tc) and V2 (softmax scores, greedy
-// or group_limited_greedy with the group max; norm_topk_prob ignored, as transformers' V2 router
-// does). Pure host code on the router logits; the device routers (Ops::moe_route) make the same
-// choice.
+// moe_routing.cpp — MoE routing, as transformers computes it: V3 (sigmoid scores,
+// e_score_correction_bias for the choice only, groups scored by the sum of their top-2, noaux_tc)
+// and V2 (softmax scores, greedy or group_limited_greedy with the group max; norm_topk_prob
+// ignored, as transformers' V2 router does). Pure host code on the router logits; the device
+// routers (Ops::moe_route) make the same choice.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -42,6 +42,7 @@ void MoeRouting::validate() const {
 
 Routing route_tokens(const MoeRouting& c, const std::vector<float>& router_logits,
                      const std::vector<float>& bias, int64_t T) {
+  c.validate();
   const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, G = c.n_group;
   const int64_t per_group = E / G;
   if (int64_t(router_logits.size()) != T * E) fail("routing: {} logits for {} tokens × {} experts", router_logits.size(), T, E);
