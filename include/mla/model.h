@@ -8,6 +8,7 @@
 
 #include "mla/attention.h"
 #include "mla/model_config.h"
+#include "mla/moe.h"
 #include "mla/weights.h"
 
 namespace mla {
@@ -25,14 +26,8 @@ class WeightSource {
   virtual void end() {}  // after the last fill: every write has landed
 };
 
-// Expert choice for T tokens: expert[t·k + j] and weight[t·k + j], k = num_experts_per_tok.
-struct Routing {
-  std::vector<int32_t> expert;
-  std::vector<float> weight;
-};
-// router_logits [T, n_routed_experts] (f32, as HF computes them); bias [n_routed_experts] or empty.
-Routing route_tokens(const ModelConfig& c, const std::vector<float>& router_logits,
-                     const std::vector<float>& bias, int64_t T);
+// The routing parameters of the config's MoE layers (mla/moe.h).
+MoeRouting moe_routing(const ModelConfig& c);
 
 struct ForwardOptions {
   DispatchSettings dispatch;
@@ -72,9 +67,8 @@ class Model {
     std::unique_ptr<AttentionLayer> attn;
     std::optional<Mlp> mlp;
     Tensor router;  // [E, hidden] f32
-    Tensor bias;    // [E] f32 e_score_correction_bias (V3), or undefined
-    std::vector<float> host_bias;
-    Mlp experts;    // stacked: gate_proj, up_proj [E, I, hidden]; down_proj [E, hidden, I]
+    Tensor bias;    // [E] f32 e_score_correction_bias (V3), undefined for V2
+    Mlp experts;    // stacked routed experts: gate_proj, up_proj [E, I, hidden]; down_proj [E, hidden, I]
     std::optional<Mlp> shared;
   };
   Tensor mlp(const Mlp& m, const Tensor& x);  // x[n, hidden] → [n, hidden]
@@ -83,6 +77,7 @@ class Model {
   ModelConfig cfg_;
   Ops& ops_;
   int64_t parameters_ = 0;
+  MoeRouting routing_;
   Tensor embed_, norm_, lm_head_;
   std::vector<Layer> layers_;
 };

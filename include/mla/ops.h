@@ -10,6 +10,7 @@
 
 #include "mla/batch.h"
 #include "mla/kv_pool.h"
+#include "mla/moe.h"
 #include "mla/rope.h"
 #include "mla/tensor.h"
 #include "mla/weights.h"
@@ -98,6 +99,20 @@ class Ops {
   virtual void copy(const Tensor& src, Tensor& dst) = 0;   // same element count, dtypes may differ
   // out[M, I] = silu(gate[M, I]) · up[M, I]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+
+  // ---- MoE ----------------------------------------------------------------------------------
+  // T tokens, E = n_routed_experts, K = num_experts_per_tok. Sizes stay on the platform: no host
+  // round trip, no synchronization (a decode step may be captured whole).
+  // router_logits[T, E] f32, bias[E] f32 (e_score_correction_bias) or undefined
+  //   → expert[T, K] i32, weight[T, K] f32: route_tokens' choice (ids exactly, weights in f32).
+  virtual void moe_route(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r,
+                         Tensor& expert, Tensor& weight) = 0;
+  // x[T, hidden], expert[T, K] i32, weight[T, K] f32; stacked experts gate[E, I, hidden],
+  // up[E, I, hidden], down[E, hidden, I] → out[T, hidden] (overwritten):
+  //   out[t] = Σ_{k=0..K-1} weight[t, k] · down_e(silu(gate_e · x_t) ⊙ up_e · x_t), e = expert[t, k],
+  // summed in k order. A token's row never depends on the other tokens of the batch.
+  virtual void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight,
+                           const Tensor& gate, const Tensor& up, const Tensor& down, Tensor& out) = 0;
 
   // ---- sampling -------------------------------------------------------------------------------
   // x[R, V] f32 → out[R] I32: per row the first index of the largest value (greedy decoding, as

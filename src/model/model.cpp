@@ -1,7 +1,9 @@
 // The DeepSeek decoder, written once against Ops: embedding, layers (attention + dense MLP or
-// MoE), final norm, lm_head. Routing runs on the host from the f32 router logits.
+// MoE), final norm, lm_head. MoE layers route and run their experts on the platform (Ops::moe_route,
+// Ops::moe_experts) from the f32 router logits, with the routed experts stacked per projection.
 #include "mla/model.h"
 
+#include <cstring>
 #include <set>
 
 #include "mla/error.h"
@@ -14,8 +16,22 @@ std::string layer_prefix(int64_t i) { return fmt::format("model.layers.{}.", i);
 
 }  // namespace
 
+MoeRouting moe_routing(const ModelConfig& c) {
+  MoeRouting r;
+  r.n_routed_experts = c.n_routed_experts;
+  r.num_experts_per_tok = c.num_experts_per_tok;
+  r.n_group = c.n_group;
+  r.topk_group = c.topk_group;
+  r.scoring_func = c.scoring_func;
+  r.topk_method = c.topk_method;
+  r.norm_topk_prob = c.norm_topk_prob;
+  r.routed_scaling_factor = c.routed_scaling_factor;
+  return r;
+}
+
 Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops) : cfg_(c), ops_(ops) {
   c.validate();
+  if (c.n_routed_experts > 0) routing_ = moe_routing(c);
   const DType act = ops.act_dtype();
   const int64_t H = c.hidden_size(), V = c.vocab_size;
   struct Job {
@@ -69,8 +85,6 @@ Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops) : cfg_(c), ops_(
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     l.attn = AttentionLayer::on_platform(c.attn, attn[i], ops);
-    if (l.bias.defined())
-      for (double v : ops.download(l.bias).to_doubles()) l.host_bias.push_back(float(v));
   }
 }
 
@@ -87,27 +101,13 @@ Tensor Model::mlp(const Mlp& m, const Tensor& x) {
 }
 
 Tensor Model::moe(const Layer& l, const Tensor& x) {
-  const int64_t T = x.dim(0), E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
+  const int64_t T = x.dim(0), E = routing_.n_routed_experts, K = routing_.num_experts_per_tok;
   Tensor logits = ops_.empty(DType::F32, {T, E});  // [T, E], f32 as HF computes the router
   ops_.linear(x, l.router, logits);
-  std::vector<float> host;
-  for (double v : ops_.download(logits).to_doubles()) host.push_back(float(v));
-  Routing r = route_tokens(cfg_, host, l.host_bias, T);
+  Tensor expert = ops_.empty(DType::I32, {T, K}), weight = ops_.empty(DType::F32, {T, K});  // [T, K]
+  ops_.moe_route(logits, l.bias, routing_, expert, weight);
   Tensor out = ops_.empty(ops_.act_dtype(), {T, cfg_.hidden_size()});  // [T, hidden]
-  ops_.fill(out, 0.0);
-  const int64_t I = cfg_.moe_intermediate_size, Hd = cfg_.hidden_size();
-  for (int64_t e = 0; e < E; ++e) {
-    std::vector<int32_t> rows;
-    std::vector<float> weights;
-    for (int64_t i = 0; i < T * K; ++i)
-      if (r.expert[size_t(i)] == e) rows.push_back(int32_t(i / K)), weights.push_back(r.weight[size_t(i)]);
-    if (rows.empty()) continue;
-    Tensor xe = ops_.empty(ops_.act_dtype(), {int64_t(rows.size()), cfg_.hidden_size()});  // [n_e, hidden]
-    ops_.gather_rows(x, rows, xe);
-    const Mlp w{l.experts.gate_proj.rows(e, e + 1).reshaped({I, Hd}), l.experts.up_proj.rows(e, e + 1).reshaped({I, Hd}),
-                l.experts.down_proj.rows(e, e + 1).reshaped({Hd, I})};
-    ops_.scatter_add_rows(mlp(w, xe), rows, weights, out);
-  }
+  ops_.moe_experts(x, expert, weight, l.experts.gate_proj, l.experts.up_proj, l.experts.down_proj, out);
   if (l.shared) ops_.add(out, mlp(*l.shared, x));
   return out;
 }

@@ -14,6 +14,7 @@
 #include "platform/gpu/attention_kernels.h"
 #include "platform/gpu/elementwise.h"
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/moe.h"
 
 namespace mla::gpu {
 
@@ -164,6 +165,12 @@ class GpuOps : public Ops {
     gpu::silu_mul(gate.data(), up.data(), elem_of(gate.dtype()), out.data(), size_t(gate.numel()), stream_);
   }
 
+  void moe_route(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r, Tensor& expert,
+                 Tensor& weight) override;
+  // The portable path: plan, the grouped GEMMs of moe.cu, combine.
+  void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+                   const Tensor& down, Tensor& out) override;
+
   // Per head: q_mla[:, h, :L] = q[:, h, :dn] · w_kc[h] (strided batched GEMM), then q_pe copied.
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttnSegments& seg, double scale, Tensor& o,
                  Tensor& lse) override {
@@ -207,6 +214,14 @@ class GpuOps : public Ops {
     if (!t.defined() || t.nbytes() < bytes) t = empty(DType::F32, {int64_t((bytes + 3) / 4 + 16)});
     return {t.data(), t.nbytes()};
   }
+  // The checked sizes of moe_experts: T tokens, K slots each, E experts of width I.
+  struct MoeShape {
+    int64_t T = 0, K = 0, E = 0, I = 0, hidden = 0;
+  };
+  MoeShape moe_shape(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+                     const Tensor& down, const Tensor& out);
+  // A plan for T·K slots in tiles of bm rows, on a fresh device buffer (kept alive by `keep`).
+  MoePlan moe_plan(const Tensor& expert, const MoeShape& m, int bm, Tensor& keep);
   DeviceSegments segments(const AttnSegments& seg, int64_t nq, int64_t nk) {
     const size_t n = seg.q_len.size();
     expect(seg.q_start.size() == n && seg.k_start.size() == n && seg.k_len.size() == n, "attention", "segment arrays differ");
