@@ -172,6 +172,7 @@ TEST(ServerHttp, ChatReasoningAndToolCalls) {
   ASSERT_EQ(sres->status, 200);
   std::string reasoning[2], content[2], finish[2];
   json calls[2] = {json::array(), json::array()};
+  int pieces[2] = {0, 0};
   bool saw_role[2] = {false, false};
   for (const json& e : events(sres->body)) {
     EXPECT_EQ(e["object"], "chat.completion.chunk");
@@ -185,8 +186,26 @@ TEST(ServerHttp, ChatReasoningAndToolCalls) {
     }
     reasoning[k] += d.value("reasoning_content", "");
     content[k] += d.value("content", "");
+    // Tool calls as OpenAI streams them: the first delta of a call has its id, type and name; later
+    // ones only {"index", "function": {"arguments": piece}}, to be concatenated.
     if (d.contains("tool_calls"))
-      for (const json& tc : d["tool_calls"]) calls[k].push_back(tc);
+      for (const json& tc : d["tool_calls"]) {
+        const size_t i = tc["index"].get<size_t>();
+        if (tc.contains("id")) {
+          EXPECT_EQ(i, calls[k].size());
+          EXPECT_EQ(tc["type"], "function");
+          EXPECT_TRUE(tc["function"].contains("name"));
+          EXPECT_TRUE(tc["function"]["arguments"].is_string());
+          calls[k].push_back(tc);
+        } else {
+          ASSERT_LT(i, calls[k].size()) << "arguments before the call's first delta";
+          EXPECT_EQ(tc.size(), 2u) << tc.dump();
+          EXPECT_EQ(tc["function"].size(), 1u) << tc.dump();
+          calls[k][i]["function"]["arguments"] =
+              calls[k][i]["function"]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+          ++pieces[k];
+        }
+      }
     if (!c["finish_reason"].is_null()) finish[k] = c["finish_reason"];
   }
   for (int k = 0; k < 2; ++k) {
@@ -196,6 +215,7 @@ TEST(ServerHttp, ChatReasoningAndToolCalls) {
     EXPECT_EQ(calls[k][0]["index"], 0);
     EXPECT_EQ(calls[k][0]["function"]["name"], "get_weather");
     EXPECT_EQ(calls[k][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+    EXPECT_GE(pieces[k], 10) << "the arguments arrive a token at a time";
     EXPECT_EQ(finish[k], "tool_calls");
   }
 }

@@ -94,7 +94,6 @@ struct Generation {
   std::vector<std::string> text, reasoning;
   std::vector<std::vector<ToolCall>> calls;
   std::vector<std::vector<engine::TokenLogprob>> logprobs;
-  std::vector<int64_t> calls_sent;  // streaming: tool calls sent per choice (their index)
   bool started = false, ended = false, aborted = false;
 
   bool chat() const { return req.endpoint == Endpoint::CHAT; }
@@ -146,14 +145,32 @@ struct Generation {
     return j;
   }
 
-  static ojson tool_calls_json(const std::vector<ToolCall>& calls, int64_t first_index, bool with_index) {
+  static ojson tool_calls_json(const std::vector<ToolCall>& calls) {
     ojson a = ojson::array();
-    for (size_t i = 0; i < calls.size(); ++i) {
+    for (const ToolCall& tc : calls) {
       ojson c;
-      if (with_index) c["index"] = first_index + int64_t(i);
-      c["id"] = calls[i].id;
+      c["id"] = tc.id;
       c["type"] = "function";
-      c["function"] = ojson{{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+      c["function"] = ojson{{"name", tc.name}, {"arguments", tc.arguments}};
+      a.push_back(c);
+    }
+    return a;
+  }
+
+  // Streamed, as OpenAI sends them: a call's first delta carries its id, type and name, later ones
+  // only the next piece of the arguments.
+  static ojson tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas) {
+    ojson a = ojson::array();
+    for (const ToolCallDelta& d : deltas) {
+      ojson c;
+      c["index"] = d.index;
+      if (d.first) {
+        c["id"] = d.id;
+        c["type"] = "function";
+        c["function"] = ojson{{"name", d.name}, {"arguments", d.arguments}};
+      } else {
+        c["function"] = ojson{{"arguments", d.arguments}};
+      }
       a.push_back(c);
     }
     return a;
@@ -176,10 +193,7 @@ struct Generation {
         ojson delta = ojson::object();
         if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
         if (!d.text.empty() || (d.reasoning.empty() && d.tool_calls.empty())) delta["content"] = d.text;
-        if (!d.tool_calls.empty()) {
-          delta["tool_calls"] = tool_calls_json(d.tool_calls, calls_sent[k], true);
-          calls_sent[k] += int64_t(d.tool_calls.size());
-        }
+        if (!d.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.tool_calls);
         ojson c;
         c["index"] = k;
         c["delta"] = delta;
@@ -227,7 +241,7 @@ struct Generation {
       } else {
         text[k] += d.text;
         reasoning[k] += d.reasoning;
-        for (auto& c : d.tool_calls) calls[k].push_back(std::move(c));
+        accumulate_tool_calls(calls[k], d.tool_calls);
         logprobs[k].insert(logprobs[k].end(), cu.logprobs.begin(), cu.logprobs.end());
       }
     }
@@ -255,7 +269,7 @@ struct Generation {
         m["role"] = "assistant";
         m["content"] = text[k].empty() && !calls[k].empty() ? ojson(nullptr) : ojson(text[k]);
         if (!reasoning[k].empty()) m["reasoning_content"] = reasoning[k];
-        if (!calls[k].empty()) m["tool_calls"] = tool_calls_json(calls[k], 0, false);
+        if (!calls[k].empty()) m["tool_calls"] = tool_calls_json(calls[k]);
         c["message"] = m;
         c["logprobs"] = req.logprobs ? chat_logprobs(impl->text, logprobs[k]) : ojson(nullptr);
       } else {
@@ -303,7 +317,7 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
   const bool skip_special = e == Endpoint::CHAT ? false : r.skip_special_tokens;
   for (size_t k = 0; k < K; ++k)
     g->outs.emplace_back(text, skip_special, holdback, e == Endpoint::CHAT, r.reasoning_open, silent);
-  g->text.resize(K), g->reasoning.resize(K), g->calls.resize(K), g->logprobs.resize(K), g->calls_sent.assign(K, 0);
+  g->text.resize(K), g->reasoning.resize(K), g->calls.resize(K), g->logprobs.resize(K);
   g->prompt_tokens.assign(P, 0), g->cached_tokens.assign(P, 0), g->completion_tokens.assign(P, 0);
   g->done.assign(P, false);
   for (size_t p = 0; p < P; ++p) g->prompt_tokens[p] = int64_t(g->prompts[p].size());
