@@ -4,7 +4,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -73,8 +79,9 @@ class ScriptedService : public engine::Service {
   }
   void abort(engine::RequestHandle h) override {
     std::lock_guard<std::mutex> l(m_);
-    if (auto it = aborted_.find(h); it != aborted_.end()) *it->second = true;
+    if (auto it = aborted_.find(h); it != aborted_.end() && !it->second->exchange(true)) ++aborts;
   }
+  std::atomic<int> aborts{0};  // requests the server aborted
   engine::MetricsSnapshot metrics() const override { return {}; }
   void flush_cache() override {}
   void shutdown(bool) override {
@@ -245,6 +252,49 @@ TEST(ServerHttp, StopStringsThroughTheEngineCallback) {
   EXPECT_EQ(l["choices"][0]["text"], "Hello");
   EXPECT_EQ(l["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(l["usage"]["completion_tokens"], 5);
+}
+
+// A client that sends a request on a raw socket and closes the connection without reading the answer.
+void send_and_close(int port, const json& body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string b = body.dump();
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the request is running now
+  close(fd);
+}
+
+// A client that gives up on a request, streamed or not, has it aborted at once (the script would
+// run for seconds), and /metrics counts it.
+TEST(ServerHttp, AClientThatClosesTheConnectionHasItsRequestAborted) {
+  Running r(std::string(4000, 'x'));
+  int want = 0;
+  for (bool stream : {false, true}) {
+    send_and_close(r.port, {{"prompt", "Say hi"}, {"max_tokens", 4000}, {"stream", stream}});
+    ++want;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (r.service.aborts.load() < want && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(r.service.aborts.load(), want) << (stream ? "streamed" : "not streamed");
+  }
+  httplib::Client c("127.0.0.1", r.port);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("\nmla:client_disconnects_total 2\n"), std::string::npos) << m->body;
+  // A client that waits gets the whole answer.
+  auto res = r.post("/v1/completions", {{"prompt", "Say hi"}, {"max_tokens", 50}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], std::string(50, 'x'));
+  EXPECT_EQ(r.service.aborts.load(), 2);
 }
 
 }  // namespace

@@ -591,7 +591,7 @@ TEST(ServerMetrics, PrometheusText) {
   m.time_to_first_token.counts = {2, 5};
   m.time_to_first_token.count = 6;
   m.time_to_first_token.sum = 0.75;
-  const std::string s = render_metrics(m);
+  const std::string s = render_metrics(m, 2);
   for (const char* line :
        {"# TYPE mla:num_requests_running gauge\nmla:num_requests_running 3\n", "mla:num_requests_waiting 1\n",
         "mla:kv_cache_usage_perc 0.25\n", "# TYPE mla:prefix_cache_queries_total counter\n",
@@ -601,7 +601,8 @@ TEST(ServerMetrics, PrometheusText) {
         "mla:time_to_first_token_seconds_bucket{le=\"0.01\"} 2\n",
         "mla:time_to_first_token_seconds_bucket{le=\"0.1\"} 5\n",
         "mla:time_to_first_token_seconds_bucket{le=\"+Inf\"} 6\n", "mla:time_to_first_token_seconds_sum 0.75\n",
-        "mla:time_to_first_token_seconds_count 6\n", "mla:inter_token_latency_seconds_count 0\n"})
+        "mla:time_to_first_token_seconds_count 6\n", "mla:inter_token_latency_seconds_count 0\n",
+        "# TYPE mla:client_disconnects_total counter\nmla:client_disconnects_total 2\n"})
     EXPECT_NE(s.find(line), std::string::npos) << line;
   // Every line is a comment or "name{labels} value".
   size_t at = 0;

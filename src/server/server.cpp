@@ -13,6 +13,7 @@
 
 #include "server/metrics.h"
 #include "server/output.h"
+#include "server/peer.h"
 #include "server/protocol.h"
 
 namespace mla::server {
@@ -55,6 +56,7 @@ struct Server::Impl {
   std::mutex inflight_m;
   std::condition_variable inflight_cv;
   int64_t inflight = 0;
+  std::atomic<int64_t> client_disconnects{0};  // requests aborted because their client went away
   int64_t created = std::time(nullptr);
 
   Impl(engine::Service& s, const TextModel* t, ServerOptions o) : service(s), text(t), opt(std::move(o)) {}
@@ -95,6 +97,7 @@ struct Generation {
   std::vector<std::vector<ToolCall>> calls;
   std::vector<std::vector<engine::TokenLogprob>> logprobs;
   bool started = false, ended = false, aborted = false;
+  int sock = -1;  // the request's connection (-1: not found; then only a failed write tells)
 
   bool chat() const { return req.endpoint == Endpoint::CHAT; }
   size_t choices() const { return prompts.size() * size_t(req.n); }
@@ -104,6 +107,12 @@ struct Generation {
     aborted = true;
     for (size_t p = 0; p < handles.size(); ++p)
       if (!done[p]) impl->service.abort(handles[p]);
+  }
+
+  // The client went away: abort what still runs (the engine frees its pages within one step).
+  void client_left() {
+    if (!aborted && open > 0) ++impl->client_disconnects;
+    abort_all();
   }
 
   // Waits up to `timeout` for updates; an engine that has stopped finishes what is left as aborted.
@@ -351,10 +360,16 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
     return;
   }
 
+  // The connection, watched while the request runs: a client that closes it is gone (cpp-httplib
+  // 0.11 tells a handler nothing, and a non-streamed response writes nothing before the end).
+  g->sock = find_connection_socket(hreq.local_addr, hreq.local_port, hreq.remote_addr, hreq.remote_port);
   begin_inflight();
   if (!r.stream) {
-    while (g->open > 0)
-      for (auto& [p, u] : g->wait(std::chrono::milliseconds(100))) g->apply(p, u, false);
+    // Every update wakes the wait, so a closed connection is seen within one engine step.
+    while (g->open > 0) {
+      for (auto& [p, u] : g->wait(std::chrono::milliseconds(50))) g->apply(p, u, false);
+      if (g->open > 0 && !g->aborted && peer_closed(g->sock)) g->client_left();
+    }
     end_inflight();
     if (!g->error.empty()) {
       send_error(res, api_error(500, g->error, "server_error"));
@@ -383,6 +398,10 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
               out += sse_event(j);
             }
         }
+        if (g->open > 0 && !g->aborted && peer_closed(g->sock)) {
+          g->client_left();
+          return false;
+        }
         if (g->open > 0)
           for (auto& [p, u] : g->wait(std::chrono::milliseconds(out.empty() ? 50 : 0))) out += g->apply(p, u, true);
         const bool end = g->open == 0 && !g->ended;
@@ -398,14 +417,14 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
           out += sse_done();
         }
         if (!out.empty() && !sink.write(out.data(), out.size())) {
-          g->abort_all();  // the client went away
+          g->client_left();
           return false;
         }
         if (end) sink.done();
         return true;
       },
       [g](bool) {
-        if (g->open > 0) g->abort_all();
+        if (g->open > 0) g->client_left();  // the response ended early: the client is gone
         g->impl->end_inflight();
       });
 }
@@ -463,7 +482,7 @@ void Server::Impl::routes() {
     else res.set_content("{}", "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(service.metrics()), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(render_metrics(service.metrics(), client_disconnects.load()), "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Post("/flush_cache", [this](const httplib::Request&, httplib::Response& res) {
     service.flush_cache();
