@@ -245,7 +245,10 @@ async function idsTests() {
   {
     const m0 = await metrics(s);
     const gen0 = m0.get("mla:generation_tokens_total"), gone0 = m0.get("mla:client_disconnects_total");
-    const body = JSON.stringify({ model: "tiny", prompt: randomIds(40, rnd, vocab), max_tokens: ctx - 64, ignore_eos: true });
+    // 4 prompts × n = 8: 32 sequences of ctx - 64 tokens, about a second of work if nothing stops it.
+    const asked = 32 * (ctx - 64);
+    const body = JSON.stringify({ model: "tiny", prompt: Array.from({ length: 4 }, () => randomIds(40, rnd, vocab)), n: 8,
+                                  max_tokens: ctx - 64, ignore_eos: true });
     const sock = net.connect(s.port, "127.0.0.1");
     await new Promise((r, j) => { sock.once("connect", r); sock.once("error", j); });
     let answered = false;
@@ -264,7 +267,7 @@ async function idsTests() {
     const idleMs = Date.now() - closedAt;
     const m1 = await metrics(s);
     const gen = m1.get("mla:generation_tokens_total") - gen0;
-    check(gen < (ctx - 64) / 4, "a non-streamed request whose client left stops generating", { gen, of: ctx - 64, idleMs });
+    check(gen < asked / 4, "a non-streamed request whose client left stops generating", { gen, asked, idleMs });
     check(m1.get("mla:client_disconnects_total") - gone0 === 1, "/metrics counts the client that left",
           m1.get("mla:client_disconnects_total"));
     check((await http(s, "POST", "/flush_cache")).status === 200, "flush_cache 200");
@@ -273,8 +276,8 @@ async function idsTests() {
     const r = await http(s, "POST", "/v1/completions", { prompt: [1, 2, 3], max_tokens: 3, ignore_eos: true });
     check(r.status === 200 && r.type === "application/json" && r.json?.choices?.[0]?.finish_reason === "length",
           "non-streamed: 200, application/json", { status: r.status, type: r.type, text: r.text.slice(0, 200) });
+    lap(`non-streamed client gone (${gen} of ${asked} tokens generated, idle ${idleMs} ms after the close)`);
   }
-  lap("non-streamed client gone");
   // Errors as OpenAI sends them, through the client...
   const err = async (f) => { try { await f(); return null; } catch (e) { return e; } };
   let e = await err(() => client.completions.create({ model: "tiny", prompt: [1, 2], max_tokens: -1 }));
