@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "server/peer.h"
 #include "server/protocol.h"
 #include "server/server.h"
 #include "server_fakes.h"
@@ -173,6 +174,44 @@ TEST(ServerHttp, StopStringsThroughTheEngineCallback) {
   EXPECT_EQ(l["choices"][0]["text"], "Hello");
   EXPECT_EQ(l["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(l["usage"]["completion_tokens"], 5);
+}
+
+// The connection's socket found by its two ends, and its peer's state, on a loopback pair.
+TEST(ServerPeer, FindsTheConnectionAndSeesItsPeerClose) {
+  const int lst = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lst, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(lst, 1), 0);
+  socklen_t len = sizeof(a);
+  getsockname(lst, reinterpret_cast<sockaddr*>(&a), &len);
+  const int cli = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(cli, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int srv = accept(lst, nullptr, nullptr);
+  ASSERT_GE(srv, 0);
+  sockaddr_in c{};
+  len = sizeof(c);
+  getsockname(cli, reinterpret_cast<sockaddr*>(&c), &len);
+  const int server_port = ntohs(a.sin_port), client_port = ntohs(c.sin_port);
+  // The server's end: local = the listening port, peer = the client's port (the client's own socket
+  // has these ends the other way round).
+  EXPECT_EQ(find_connection_socket("127.0.0.1", server_port, "127.0.0.1", client_port), srv);
+  EXPECT_EQ(find_connection_socket("127.0.0.1", client_port, "127.0.0.1", server_port), cli);
+  EXPECT_EQ(find_connection_socket("127.0.0.2", server_port, "127.0.0.1", client_port), -1);
+  EXPECT_EQ(find_connection_socket("127.0.0.1", server_port, "127.0.0.1", -1), -1);
+  // Data waiting (a request sent, not read) is not a close; a close is, and poll() read nothing.
+  ASSERT_EQ(send(cli, "GET", 3, 0), 3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(peer_closed(srv));
+  close(cli);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(peer_closed(srv));
+  char buf[8];
+  EXPECT_EQ(recv(srv, buf, sizeof(buf), 0), 3);
+  EXPECT_FALSE(peer_closed(-1));
+  close(srv);
+  close(lst);
 }
 
 // A client that sends a request on a raw socket and closes the connection without reading the answer.

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -12,26 +13,21 @@
 namespace mla::server {
 namespace {
 
-// The numeric address and port of a socket end, as cpp-httplib writes them.
-bool endpoint(const sockaddr_storage& a, socklen_t len, std::string& ip, int& port) {
-  char host[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0)
-    return false;
-  ip = host;
-  if (a.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
-  else if (a.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
-  else return false;
-  return true;
-}
-
+// Whether a socket end is want_ip:want_port (the address numeric, as cpp-httplib writes it). The
+// port is compared first: most descriptors differ there, and cost no getnameinfo().
 bool is_end(int fd, bool peer, const std::string& want_ip, int want_port) {
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
   const int rc = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
                       : getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  std::string ip;
+  if (rc != 0) return false;
   int port = -1;
-  return rc == 0 && endpoint(a, len, ip, port) && port == want_port && ip == want_ip;
+  if (a.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
+  else if (a.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+  if (port != want_port) return false;
+  char host[NI_MAXHOST];
+  return getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) == 0 &&
+         want_ip == host;
 }
 
 }  // namespace
