@@ -138,7 +138,8 @@ void accumulate_tool_calls(std::vector<ToolCall>& calls, const std::vector<ToolC
 }
 
 // The call in buf_[0, n) (the text after <｜tool▁call▁begin｜>): its first delta once the name is
-// known, then what is certain of its arguments; `ended`: buf_[n] is <｜tool▁call▁end｜> (or the text stopped).
+// known, then what is certain of its arguments. `ended`: buf_[n] is <｜tool▁call▁end｜> (or the text
+// stopped there).
 void ToolCallParser::call(Out& out, bool ended, size_t n) {
   const std::string_view region = std::string_view(buf_).substr(0, n);
   if (!named_) {

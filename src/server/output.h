@@ -63,7 +63,8 @@ void accumulate_tool_calls(std::vector<ToolCall>& calls, const std::vector<ToolC
 // Text outside the block is content. A call starts (first delta) once its name is known: at the
 // separator (V3.1) or the newline after the name (V3). Its arguments then stream as they arrive:
 // trimmed of blank space, without the V3 ```json fence, holding back only a tail that could still
-// be blank space at the end, the closing fence or the start of <｜tool▁call▁end｜>. Empty arguments are "{}".
+// be blank space at the end, the closing fence or the start of <｜tool▁call▁end｜>. Empty arguments
+// are "{}".
 class ToolCallParser {
  public:
   struct Out {
@@ -84,7 +85,8 @@ class ToolCallParser {
   // TEXT, CALLS: text not yet handled; CALL: the call's text after <｜tool▁call▁begin｜>, up to and
   // including what is not handled yet.
   std::string buf_;
-  std::string raw_block_;  // the block's text since it opened or its last call started: content if no call follows
+  // The block's text since it opened or its last call started: content if no call follows.
+  std::string raw_block_;
   int64_t calls_ = 0;      // calls started (the next call's index)
   bool block_has_calls_ = false;
   // The call being read (state CALL).
@@ -94,7 +96,7 @@ class ToolCallParser {
   size_t args_at_ = 0;      // where the arguments begin in buf_ (leading blank space skipped once seen)
   size_t args_sent_ = 0;    // bytes of the arguments sent
   size_t scanned_ = 0;      // buf_ searched for <｜tool▁call▁end｜> up to here
-  void call(Out& out, bool ended, size_t end);
+  void call(Out& out, bool ended, size_t n);  // the call in buf_[0, n)
 };
 
 // What one choice sends in one update.

@@ -26,8 +26,9 @@ bool is_end(int fd, bool peer, const std::string& want_ip, int want_port) {
   else if (a.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
   if (port != want_port) return false;
   char host[NI_MAXHOST];
-  return getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) == 0 &&
-         want_ip == host;
+  const int rc_name =
+      getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST);
+  return rc_name == 0 && want_ip == host;
 }
 
 }  // namespace

@@ -482,7 +482,8 @@ void Server::Impl::routes() {
     else res.set_content("{}", "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(service.metrics(), client_disconnects.load()), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(render_metrics(service.metrics(), client_disconnects.load()),
+                    "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Post("/flush_cache", [this](const httplib::Request&, httplib::Response& res) {
     service.flush_cache();
