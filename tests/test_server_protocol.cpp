@@ -397,7 +397,8 @@ ToolCall reference_call(std::string_view body) {
   return c;
 }
 
-// Random blocks of calls in every format (V3 fenced and not, V3.1, a name alone), with arguments full
+// Random blocks of calls in every format (V3 fenced and not, V3.1, "function" without V3's newline,
+// a name alone), with arguments full
 // of blank space, backticks and pieces of markers, fed in random chunks and byte by byte: the
 // accumulated calls equal the whole-call parse, whatever the chunking.
 TEST(ServerToolCalls, RandomChunkingsEqualTheWholeParse) {
@@ -421,7 +422,7 @@ TEST(ServerToolCalls, RandomChunkingsEqualTheWholeParse) {
     for (size_t k = 1 + pick(3); k-- > 0;) {
       std::string body;
       const std::string name = "fn" + std::to_string(pick(100));
-      switch (pick(5)) {
+      switch (pick(6)) {
         case 0:  // V3, fenced
           body = "function" + std::string(ToolCallParser::kSep) + name + "\n" + blanks[pick(4)] + "```json\n" +
                  args_text() + blanks[pick(4)] + "```" + blanks[pick(4)];
@@ -433,6 +434,9 @@ TEST(ServerToolCalls, RandomChunkingsEqualTheWholeParse) {
         case 2:
         case 3:  // V3.1
           body = name + std::string(ToolCallParser::kSep) + blanks[pick(4)] + args_text() + blanks[pick(4)];
+          break;
+        case 4:  // "function" and text that may or may not hold the newline that makes it V3
+          body = "function" + std::string(ToolCallParser::kSep) + args_text();
           break;
         default:  // a name alone
           body = blanks[pick(4)] + name + blanks[pick(4)];
