@@ -304,7 +304,11 @@ TEST_P(CudaSchedulerTest, SixteenRequestsMatchEachAloneWithinRounding) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaSchedulerTest,
                          ::testing::Combine(::testing::Values("v3_tiny", "v2_greedy"),
-                                            ::testing::Values(DType::F32, DType::BF16)));
+                                            ::testing::Values(DType::F32, DType::BF16)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param)));
+                         });
 
 }  // namespace
 }  // namespace mla::engine
