@@ -216,6 +216,11 @@ json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, i
 
   json step;
   {
+    ops->begin_step(plan, pool);  // sizes the step's buffers (both pinned ones: two steps)
+    ops->end_step();
+    ops->begin_step(plan, pool);
+    ops->end_step();
+    ops->synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     ops->begin_step(plan, pool);
     ops->end_step();
