@@ -68,8 +68,9 @@ const double* GpuOps::doubles(const std::vector<double>& v) {
   return static_cast<const double*>(dev.data());
 }
 
-// Layout of the device plan (int32): positions [T], new_slots [T], kv_slots [Σ seq], token ids
-// [T] when given, then each segment set as q_start, q_len, k_start, k_len [n each].
+// Layout of the device plan (int32): positions [T], new_slots [T], token ids [T] when given, each
+// segment set as q_start, q_len, k_start, k_len [n each], then kv_slots [Σ seq] last: for a fixed
+// batch size every array but kv_slots keeps its device address from step to step.
 void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool, const std::vector<int32_t>* token_ids) {
   if (step_open_) fail("{}: a step is already open (end_step first)", platform_name(platform_));
   // Everything that can fail comes before any state changes.
@@ -97,7 +98,6 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool, const std::ve
   };
   add(plan.positions);
   add(plan.new_slots);
-  add(plan.kv_slots);
   if (token_ids) add(*token_ids);
   StepSegments segs[2];
   for (int i = 0; i < 2; ++i) {
@@ -114,6 +114,7 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool, const std::ve
     }
     total += 4 * s.n;
   }
+  add(plan.kv_slots);
 
   // The pinned buffer of this turn: its previous copy (two steps ago) is normally long done.
   const int turn = pinned_turn_ ^ 1;
