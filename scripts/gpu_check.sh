@@ -42,9 +42,16 @@ else echo "gpu_check: $BUILD/bin/test_rocm_gemm is missing"; rc=1; fi
 # One device plan per step: a decode step copies its plan once and never waits; a layer gives the
 # same bits with and without a step (CUDA and ROCm).
 gtest test_step_plan "$BUILD/bin/test_step_plan"
+# MoE routing and experts on CUDA and on the ROCm kernels (rocm-on-cuda), batch invariance included.
+gtest test_moe "$BUILD/bin/test_moe" --gtest_filter='*cuda*:*rocm*'
 # NaN isolation and bad batches on every platform this GPU runs (CPU, CUDA, ROCm).
 gtest test_nan_isolation "$BUILD/bin/test_nan_isolation"
 gtest test_bad_batches "$BUILD/bin/test_bad_batches"
+# Loading (staged uploads, random weights made on the GPU), the platform's greedy pick, and what
+# batching does to a request's logits on CUDA.
+gtest test_model_load "$BUILD/bin/test_model_load"
+gtest test_sampler_argmax "$BUILD/bin/test_sampler" --gtest_filter='ArgmaxRows.*'
+gtest test_scheduler_cuda "$BUILD/bin/test_scheduler" --gtest_filter='*Cuda*'
 for p in cuda rocm; do
   "$BUILD/bin/mla" demo --model tests/data/v3_tiny --platform $p > "$OUT/demo_$p.txt" 2>&1 || rc=1
   cat "$OUT/demo_$p.txt"

@@ -224,6 +224,14 @@ check generate_method_rocm 1 "forward method MHA_ROCM is not implemented on plat
 check attn_fused_rope 1 "MLA_FUSED_ROPE_ROCM is not implemented on platform cpu" -- attn --requests 0:2 --method MLA_FUSED_ROPE_ROCM
 check attn_unknown_platform 2 "unknown platform 'tpu'" -- attn --requests 0:2 --platform tpu
 check logits_unknown_platform 2 "unknown platform 'metal'" -- logits --model "$M" --ids 3 --platform metal --out "$tmp/out.safetensors"
+# Random weights: the shape must be known, the layer count in range; not with --model; a text
+# prompt needs a tokenizer.
+check random_unknown_shape 1 "unknown model shape 'deepseek-v9'" -- generate --random-weights deepseek-v9 --ids 1
+check random_bad_layers 1 "the layer count after ':' must be 1..27" -- generate --random-weights deepseek-v2-lite:99 --ids 1
+check random_and_model 2 "excludes" -- generate --random-weights deepseek-v2-lite --model "$M" --ids 1
+check model_or_random 2 "give the model with --model DIR or --random-weights SHAPE" -- generate --ids 1
+check random_text_prompt 2 "a text prompt needs --tokenizer" -- generate --random-weights deepseek-v2-lite:1 --prompt hi
+check shape_unknown 1 "unknown model shape 'x'" -- shape x
 
 echo "cli bad input: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -84,6 +84,10 @@ expect logits_sharded 0 'logits \[3, 256\]' -- logits --model "$DATA/v3_norope_s
 expect generate 0 '^15,99,85,274,18,10,198,134,208,99,453,381$' -- generate --model "$M" --ids 313,482,298,474,414,405,94,97,305 --max-new-tokens 12
 expect generate_json 0 '^\{"ids":\[15,99,85,274\],"methods":\["MHA_ONE_SHOT","MLA","MLA","MLA"\],"tokens_per_s":' -- \
   generate --model "$M" --ids 313,482,298,474,414,405,94,97,305 --max-new-tokens 4 --json
+# The whole-model benchmark: decode rows per batch size and a prefill row, each against its roofline.
+expect bench_model 0 '"x_roofline"' -- bench-model --model "$M" --batch 1,3 --context 8 --steps 2 --prefill 16 --reps 1
+grep -c '"kind": "decode"' "$tmp/out" | grep -q '^2$' && grep -q '"kind": "prefill"' "$tmp/out" && pass=$((pass + 1)) ||
+  { fail=$((fail + 1)); echo "FAIL bench_model_rows"; }
 printf '313 482 298\n474,414 405\n94 97 305\n' >"$tmp/prompt.txt"
 expect generate_file 0 '^15,99,85$' -- generate --model "$M" --prompt-file "$tmp/prompt.txt" --max-new-tokens 3
 "$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 >"$tmp/s1" 2>/dev/null

@@ -3,16 +3,20 @@
 //   node tests/server_e2e.mjs ids    token-id prompts on a model without a tokenizer (tests/data/v3_tiny)
 //   node tests/server_e2e.mjs text   text prompts and chat; needs MLA_TEST_TOKENIZER (a folder with
 //                                    tokenizer.json + chat template); exits 77 (skipped) without it
-// Environment: MLA (the mla binary), MLA_MODEL (model folder), MLA_NPM_MODULES (node_modules with
-// `openai`, from scripts/fetch_npm_test_deps.sh). Servers listen on 127.0.0.1, on free ports.
+// Environment: MLA (the mla binary), MLA_ECHO_SERVER (tests/echo_server.cpp: the same HTTP server over
+// a scripted engine that answers each chat with its last user message, for tool calls), MLA_MODEL
+// (model folder), MLA_NPM_MODULES (node_modules with `openai`, from scripts/fetch_npm_test_deps.sh).
+// Servers listen on 127.0.0.1, on free ports.
 import { spawn, execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 
 const mode = process.argv[2] || "ids";
 const MLA = process.env.MLA || "build/bin/mla";
+const ECHO = process.env.MLA_ECHO_SERVER || path.join(path.dirname(MLA), "echo_server");
 const MODEL = process.env.MLA_MODEL || "tests/data/v3_tiny";
 const TOKENIZER = process.env.MLA_TEST_TOKENIZER || "";
 if (mode === "text" && !(TOKENIZER && existsSync(path.join(TOKENIZER, "tokenizer.json")))) {
@@ -43,10 +47,11 @@ function lap(what) {  // the time each part took, for keeping the test fast
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function startServer(name, args) {
+async function startServer(name, args, command) {
   const portFile = path.join(tmp, `${name}.port`);
-  const proc = spawn(MLA, ["serve", "--model", MODEL, "--host", "127.0.0.1", "--port", "0", "--port-file", portFile,
-                           "--served-model-name", "tiny", ...args], { stdio: ["ignore", "ignore", "pipe"] });
+  const proc = command ? spawn(command, [portFile], { stdio: ["ignore", "ignore", "pipe"] })
+    : spawn(MLA, ["serve", "--model", MODEL, "--host", "127.0.0.1", "--port", "0", "--port-file", portFile,
+                  "--served-model-name", "tiny", ...args], { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   proc.stderr.on("data", (d) => (stderr += d));
   const exited = new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig })));
@@ -233,6 +238,46 @@ async function idsTests() {
   }
 
   lap("aborted stream");
+  // A non-streamed request whose client closes the connection (a raw socket: send, then close without
+  // reading) is aborted within an engine step, as a dropped stream is: nothing runs soon after, it
+  // generated far fewer tokens than it asked for, /metrics counts the disconnect, and after
+  // /flush_cache the pool is empty.
+  {
+    const m0 = await metrics(s);
+    const gen0 = m0.get("mla:generation_tokens_total"), gone0 = m0.get("mla:client_disconnects_total");
+    // 4 prompts × n = 8: 32 sequences of ctx - 64 tokens, about a second of work if nothing stops it.
+    const asked = 32 * (ctx - 64);
+    const body = JSON.stringify({ model: "tiny", prompt: Array.from({ length: 4 }, () => randomIds(40, rnd, vocab)), n: 8,
+                                  max_tokens: ctx - 64, ignore_eos: true });
+    const sock = net.connect(s.port, "127.0.0.1");
+    await new Promise((r, j) => { sock.once("connect", r); sock.once("error", j); });
+    let answered = false;
+    sock.on("data", () => (answered = true));
+    sock.write(`POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\n` +
+               `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    let running = false;
+    for (let i = 0; i < 200 && !running; i++) {
+      running = (await metrics(s)).get("mla:generation_tokens_total") > gen0;
+      if (!running) await sleep(5);
+    }
+    check(running && !answered, "the non-streamed request runs", { running, answered });
+    const closedAt = Date.now();
+    sock.destroy();
+    check(await waitIdle(s, 2000), "a non-streamed request whose client left stops running");
+    const idleMs = Date.now() - closedAt;
+    const m1 = await metrics(s);
+    const gen = m1.get("mla:generation_tokens_total") - gen0;
+    check(gen < asked / 4, "a non-streamed request whose client left stops generating", { gen, asked, idleMs });
+    check(m1.get("mla:client_disconnects_total") - gone0 === 1, "/metrics counts the client that left",
+          m1.get("mla:client_disconnects_total"));
+    check((await http(s, "POST", "/flush_cache")).status === 200, "flush_cache 200");
+    check((await metrics(s)).get("mla:kv_cache_usage_perc") === 0, "the pool is empty after the client left + flush");
+    // An ordinary non-streamed answer is still one JSON body with its length, as before.
+    const r = await http(s, "POST", "/v1/completions", { prompt: [1, 2, 3], max_tokens: 3, ignore_eos: true });
+    check(r.status === 200 && r.type === "application/json" && r.json?.choices?.[0]?.finish_reason === "length",
+          "non-streamed: 200, application/json", { status: r.status, type: r.type, text: r.text.slice(0, 200) });
+    lap(`non-streamed client gone (${gen} of ${asked} tokens generated, idle ${idleMs} ms after the close)`);
+  }
   // Errors as OpenAI sends them, through the client...
   const err = async (f) => { try { await f(); return null; } catch (e) { return e; } };
   let e = await err(() => client.completions.create({ model: "tiny", prompt: [1, 2], max_tokens: -1 }));
@@ -376,9 +421,71 @@ async function textTests() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tool calls through the official client, on the echo server (its engine answers each chat with the
+// last user message): the streamed calls, accumulated by the client's own ChatCompletionStream, equal
+// the non-streamed ones, and their arguments arrive in many pieces, as OpenAI streams them.
+async function toolCallTests() {
+  const e = await startServer("echo", [], ECHO);
+  const client = new OpenAI({ apiKey: "none", baseURL: e.url + "/v1", maxRetries: 0 });
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object",
+                   properties: { city: { type: "string" } } } } }];
+  const args = '{"city": "Paris", "days": [1, 2], "note": "a `b` c"}';
+  const replies = {
+    v3: "Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n" + args +
+        "\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>" +
+        "<｜tool▁calls▁end｜>",
+    v31: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>" + args + "<｜tool▁call▁end｜>" +
+         "<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+  };
+  for (const [format, reply] of Object.entries(replies)) {
+    const messages = [{ role: "user", content: reply }];
+    const full = await client.chat.completions.create({ model: "echo", messages, tools });
+    const m = full.choices[0].message;
+    const calls = (m.tool_calls || []).map((c) => [c.type, c.function.name, c.function.arguments]);
+    check(JSON.stringify(calls) === JSON.stringify([["function", "get_weather", args], ["function", "get_time", "{}"]]) &&
+          full.choices[0].finish_reason === "tool_calls" && m.tool_calls.every((c) => c.id.startsWith("call_")),
+          `${format}: non-streamed tool calls`, full.choices[0]);
+    check(m.content === (format === "v3" ? "Let me look." : null), `${format}: non-streamed content`, m.content);
+    // Streamed: the client's accumulation, its argument-delta events and the raw deltas.
+    const st = client.chat.completions.stream({ model: "echo", messages, tools });
+    let pieces = 0, content = "";
+    const raw = [];
+    st.on("tool_calls.function.arguments.delta", () => pieces++);
+    st.on("chunk", (ch) => {
+      for (const x of ch.choices) {
+        content += x.delta.content || "";
+        for (const tc of x.delta.tool_calls || []) raw.push(tc);
+      }
+    });
+    const fin = await st.finalChatCompletion();
+    const sm = fin.choices[0].message;
+    const scalls = (sm.tool_calls || []).map((c) => [c.type, c.function.name, c.function.arguments]);
+    check(JSON.stringify(scalls) === JSON.stringify(calls), `${format}: streamed calls, accumulated = non-streamed`,
+          { scalls, calls });
+    check(fin.choices[0].finish_reason === "tool_calls" && content === (m.content || ""), `${format}: streamed finish + content`,
+          { finish: fin.choices[0].finish_reason, content });
+    check(pieces >= args.length / 2, `${format}: the arguments arrive in pieces`, pieces);
+    // The first delta of a call: index, id, type, name and arguments ""; the others index + arguments.
+    const firsts = raw.filter((tc) => tc.id);
+    check(firsts.length === 2 && firsts.every((tc, i) => tc.index === i && tc.type === "function" &&
+          tc.id.startsWith("call_") && tc.function.arguments === "") && firsts[0].function.name === "get_weather",
+          `${format}: first deltas`, firsts);
+    check(raw.filter((tc) => !tc.id).every((tc) => Object.keys(tc).join() === "index,function" &&
+          Object.keys(tc.function).join() === "arguments" && tc.function.arguments.length > 0 &&
+          !tc.function.arguments.includes("```")), `${format}: argument deltas`, raw.slice(0, 6));
+  }
+  lap("tool calls (echo server)");
+  e.proc.kill("SIGTERM");
+  check((await e.exited).code === 0, "echo server: SIGTERM exit 0");
+}
+
+// ---------------------------------------------------------------------------------------------
 try {
   if (mode === "text") await textTests();
-  else await idsTests();
+  else {
+    await idsTests();
+    await toolCallTests();
+  }
 } catch (e) {
   failures++;
   console.log(`FAIL exception: ${e?.stack || e}`);

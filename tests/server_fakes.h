@@ -1,11 +1,20 @@
-// tests/server_fakes.h — a byte-level TextModel for the server's protocol tests.
+// tests/server_fakes.h — a byte-level TextModel and a scripted Service for the server's tests.
 //
 // Ids 0..255 are the bytes themselves; 256.. are named tokens ("<think>", the DeepSeek tool-call
 // markers, "<eos>"). Stream decoding holds back an incomplete UTF-8 sequence, as the real one does.
 #pragma once
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "engine/service.h"
 #include "server/text_model.h"
 
 namespace mla::server::testing {
@@ -85,6 +94,88 @@ class ByteText : public TextModel {
     return s;
   }
   bool think_open = false;
+};
+
+// A Service whose every choice answers script(prompt) (byte-level ids, then EOS), one token per update
+// (1 ms apart), on its own thread, calling stop_check as the engine does. It stands in for the engine
+// where a random test model cannot be made to emit what a test needs (reasoning, tool calls).
+class ScriptedService : public engine::Service {
+ public:
+  using Script = std::function<std::string(const std::vector<int32_t>& prompt)>;
+  explicit ScriptedService(Script script) : script_(std::move(script)) {}
+  ~ScriptedService() override { shutdown(false); }
+  engine::RequestHandle submit(engine::GenerateRequest req, std::function<void(const engine::RequestUpdate&)> cb) override {
+    std::lock_guard<std::mutex> l(m_);
+    const engine::RequestHandle h = next_++;
+    auto aborted = std::make_shared<std::atomic<bool>>(false);
+    aborted_[h] = aborted;
+    threads_.emplace_back([this, req = std::move(req), cb = std::move(cb), aborted] {
+      std::vector<int32_t> ids = ByteText().encode(script_(req.prompt), false);
+      ids.push_back(kEos);
+      std::vector<std::vector<int32_t>> out(size_t(req.n));
+      std::vector<bool> done(size_t(req.n), false);
+      int64_t completion = 0;
+      for (size_t t = 0; t < ids.size(); ++t) {
+        engine::RequestUpdate u;
+        u.prompt_tokens = int64_t(req.prompt.size());
+        for (int64_t c = 0; c < req.n; ++c) {
+          if (done[size_t(c)]) continue;
+          engine::ChoiceUpdate cu;
+          cu.index = c;
+          if (aborted->load()) {
+            cu.finish = engine::FinishReason::ABORT;
+          } else {
+            out[size_t(c)].push_back(ids[t]);
+            cu.new_tokens = {ids[t]};
+            ++completion;
+            if (ids[t] == kEos) cu.finish = engine::FinishReason::STOP;
+            else if (int64_t(out[size_t(c)].size()) >= req.params.max_tokens) cu.finish = engine::FinishReason::LENGTH;
+            if (req.stop_check) {
+              const int64_t drop = req.stop_check(c, out[size_t(c)]);
+              if (drop >= 0) {
+                cu.new_tokens.resize(size_t(std::max<int64_t>(0, 1 - drop)));
+                completion -= std::min<int64_t>(drop, 1);
+                cu.finish = engine::FinishReason::STOP;
+              }
+            }
+          }
+          if (cu.finish != engine::FinishReason::NONE) done[size_t(c)] = true;
+          u.choices.push_back(cu);
+        }
+        u.completion_tokens = completion;
+        u.finished = std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+        cb(u);
+        if (u.finished) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    return h;
+  }
+  void abort(engine::RequestHandle h) override {
+    std::lock_guard<std::mutex> l(m_);
+    if (auto it = aborted_.find(h); it != aborted_.end() && !it->second->exchange(true)) ++aborts;
+  }
+  std::atomic<int> aborts{0};  // requests the server aborted
+  engine::MetricsSnapshot metrics() const override { return {}; }
+  void flush_cache() override {}
+  void shutdown(bool) override {
+    std::vector<std::thread> ts;
+    {
+      std::lock_guard<std::mutex> l(m_);
+      ts.swap(threads_);
+    }
+    for (auto& t : ts) t.join();
+  }
+  int64_t vocab_size() const override { return 256 + 8; }
+  int64_t max_context() const override { return 4096; }
+  int32_t eos_token_id() const override { return kEos; }
+
+ private:
+  Script script_;
+  std::mutex m_;
+  engine::RequestHandle next_ = 1;
+  std::map<engine::RequestHandle, std::shared_ptr<std::atomic<bool>>> aborted_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace mla::server::testing

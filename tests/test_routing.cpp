@@ -35,7 +35,7 @@ TEST(Routing, V3GroupsBySumOfTopTwoBiasChoosesWeightsDoNot) {
   std::vector<float> logits, bias(8, 0.0f);
   for (double v : p) logits.push_back(float(logit(v)));
   bias[2] = 0.6f;
-  Routing r = route_tokens(c, logits, bias, 1);
+  Routing r = route_tokens(moe_routing(c), logits, bias, 1);
   auto m = as_map(r, 0, 2);
   ASSERT_EQ(m.size(), 2u);
   ASSERT_TRUE(m.count(0) && m.count(2));  // choice: e2 = 1.1, e0 = .9 (e4 = .8 is in a dropped group)
@@ -51,7 +51,7 @@ TEST(Routing, V3MasksDroppedGroupsWithMinusInfinity) {
   std::vector<float> logits = {float(logit(0.9)), float(logit(0.8)), float(logit(0.1)), float(logit(0.1))};
   std::vector<float> bias = {0.0f, -0.85f, 0.0f, 0.0f};
   // choice = .9, -.05, .1, .1; groups: g0 .85, g1 .2 → keep g0 → experts 0 and 1
-  Routing r = route_tokens(c, logits, bias, 1);
+  Routing r = route_tokens(moe_routing(c), logits, bias, 1);
   auto m = as_map(r, 0, 2);
   EXPECT_TRUE(m.count(0) && m.count(1)) << "got " << r.expert[0] << ", " << r.expert[1];
 }
@@ -60,13 +60,13 @@ TEST(Routing, V2GreedySoftmaxNeverRenormalizes) {
   ModelConfig c = base("deepseek_v2", 4, 2, 1, 1);
   c.routed_scaling_factor = 1.5;
   std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f};
-  Routing r = route_tokens(c, logits, {}, 1);
+  Routing r = route_tokens(moe_routing(c), logits, {}, 1);
   double z = std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + 1.0;
   auto m = as_map(r, 0, 2);
   EXPECT_NEAR(m[1], std::exp(3.0) / z * 1.5, 1e-6);
   EXPECT_NEAR(m[2], std::exp(2.0) / z * 1.5, 1e-6);
   c.norm_topk_prob = true;  // transformers' V2 router ignores it
-  m = as_map(route_tokens(c, logits, {}, 1), 0, 2);
+  m = as_map(route_tokens(moe_routing(c), logits, {}, 1), 0, 2);
   EXPECT_NEAR(m[1], std::exp(3.0) / z * 1.5, 1e-6);
 }
 
@@ -75,7 +75,7 @@ TEST(Routing, V2GroupLimitedGreedyUsesTheGroupMax) {
   c.topk_method = "group_limited_greedy";
   // softmax order = logit order. g0 max 5, g1 max 4.9 but g1 sum larger; max keeps g0.
   std::vector<float> logits = {5.0f, 0.0f, 4.9f, 4.8f, 1.0f, 1.0f};
-  auto m = as_map(route_tokens(c, logits, {}, 1), 0, 2);
+  auto m = as_map(route_tokens(moe_routing(c), logits, {}, 1), 0, 2);
   EXPECT_TRUE(m.count(0) && m.count(1));
 }
 
@@ -85,7 +85,7 @@ TEST(Routing, ManyTokensAreIndependent) {
   std::vector<float> one = {0.1f, 2.f, -1.f, 0.5f, 1.5f, -2.f, 0.f, 0.3f}, two = {1.f, 0.f, 0.f, 3.f, -1.f, 0.f, 2.f, 0.5f};
   std::vector<float> both = one;
   both.insert(both.end(), two.begin(), two.end());
-  Routing r = route_tokens(c, both, {}, 2), r1 = route_tokens(c, one, {}, 1), r2 = route_tokens(c, two, {}, 1);
+  Routing r = route_tokens(moe_routing(c), both, {}, 2), r1 = route_tokens(moe_routing(c), one, {}, 1), r2 = route_tokens(moe_routing(c), two, {}, 1);
   EXPECT_EQ(as_map(r, 0, 2), as_map(r1, 0, 2));
   EXPECT_EQ(as_map(r, 1, 2), as_map(r2, 0, 2));
 }

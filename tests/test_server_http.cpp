@@ -4,10 +4,17 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
+#include "server/peer.h"
 #include "server/protocol.h"
 #include "server/server.h"
 #include "server_fakes.h"
@@ -17,85 +24,7 @@ namespace {
 
 using testing::ByteText;
 using testing::kEos;
-
-// Every choice answers `script` (byte-level ids, then EOS), one token per update, on its own thread,
-// calling stop_check as the engine does.
-class ScriptedService : public engine::Service {
- public:
-  explicit ScriptedService(std::string script) : script_(std::move(script)) {}
-  ~ScriptedService() override { shutdown(false); }
-  engine::RequestHandle submit(engine::GenerateRequest req, std::function<void(const engine::RequestUpdate&)> cb) override {
-    std::lock_guard<std::mutex> l(m_);
-    const engine::RequestHandle h = next_++;
-    auto aborted = std::make_shared<std::atomic<bool>>(false);
-    aborted_[h] = aborted;
-    threads_.emplace_back([this, req = std::move(req), cb = std::move(cb), aborted] {
-      std::vector<int32_t> ids = ByteText().encode(script_, false);
-      ids.push_back(kEos);
-      std::vector<std::vector<int32_t>> out(size_t(req.n));
-      std::vector<bool> done(size_t(req.n), false);
-      int64_t completion = 0;
-      for (size_t t = 0; t < ids.size(); ++t) {
-        engine::RequestUpdate u;
-        u.prompt_tokens = int64_t(req.prompt.size());
-        for (int64_t c = 0; c < req.n; ++c) {
-          if (done[size_t(c)]) continue;
-          engine::ChoiceUpdate cu;
-          cu.index = c;
-          if (aborted->load()) {
-            cu.finish = engine::FinishReason::ABORT;
-          } else {
-            out[size_t(c)].push_back(ids[t]);
-            cu.new_tokens = {ids[t]};
-            ++completion;
-            if (ids[t] == kEos) cu.finish = engine::FinishReason::STOP;
-            else if (int64_t(out[size_t(c)].size()) >= req.params.max_tokens) cu.finish = engine::FinishReason::LENGTH;
-            if (req.stop_check) {
-              const int64_t drop = req.stop_check(c, out[size_t(c)]);
-              if (drop >= 0) {
-                cu.new_tokens.resize(size_t(std::max<int64_t>(0, 1 - drop)));
-                completion -= std::min<int64_t>(drop, 1);
-                cu.finish = engine::FinishReason::STOP;
-              }
-            }
-          }
-          if (cu.finish != engine::FinishReason::NONE) done[size_t(c)] = true;
-          u.choices.push_back(cu);
-        }
-        u.completion_tokens = completion;
-        u.finished = std::all_of(done.begin(), done.end(), [](bool d) { return d; });
-        cb(u);
-        if (u.finished) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    });
-    return h;
-  }
-  void abort(engine::RequestHandle h) override {
-    std::lock_guard<std::mutex> l(m_);
-    if (auto it = aborted_.find(h); it != aborted_.end()) *it->second = true;
-  }
-  engine::MetricsSnapshot metrics() const override { return {}; }
-  void flush_cache() override {}
-  void shutdown(bool) override {
-    std::vector<std::thread> ts;
-    {
-      std::lock_guard<std::mutex> l(m_);
-      ts.swap(threads_);
-    }
-    for (auto& t : ts) t.join();
-  }
-  int64_t vocab_size() const override { return 256 + 8; }
-  int64_t max_context() const override { return 4096; }
-  int32_t eos_token_id() const override { return kEos; }
-
- private:
-  std::string script_;
-  std::mutex m_;
-  engine::RequestHandle next_ = 1;
-  std::map<engine::RequestHandle, std::shared_ptr<std::atomic<bool>>> aborted_;
-  std::vector<std::thread> threads_;
-};
+using testing::ScriptedService;
 
 struct Running {
   ScriptedService service;
@@ -103,7 +32,7 @@ struct Running {
   std::unique_ptr<Server> server;
   std::thread thread;
   int port = 0;
-  explicit Running(std::string script) : service(std::move(script)) {
+  explicit Running(std::string script) : service([script](const std::vector<int32_t>&) { return script; }) {
     ServerOptions o;
     o.port = 0;
     o.model_name = "scripted";
@@ -172,6 +101,7 @@ TEST(ServerHttp, ChatReasoningAndToolCalls) {
   ASSERT_EQ(sres->status, 200);
   std::string reasoning[2], content[2], finish[2];
   json calls[2] = {json::array(), json::array()};
+  int pieces[2] = {0, 0};
   bool saw_role[2] = {false, false};
   for (const json& e : events(sres->body)) {
     EXPECT_EQ(e["object"], "chat.completion.chunk");
@@ -185,8 +115,26 @@ TEST(ServerHttp, ChatReasoningAndToolCalls) {
     }
     reasoning[k] += d.value("reasoning_content", "");
     content[k] += d.value("content", "");
+    // Tool calls as OpenAI streams them: the first delta of a call has its id, type and name; later
+    // ones only {"index", "function": {"arguments": piece}}, to be concatenated.
     if (d.contains("tool_calls"))
-      for (const json& tc : d["tool_calls"]) calls[k].push_back(tc);
+      for (const json& tc : d["tool_calls"]) {
+        const size_t i = tc["index"].get<size_t>();
+        if (tc.contains("id")) {
+          EXPECT_EQ(i, calls[k].size());
+          EXPECT_EQ(tc["type"], "function");
+          EXPECT_TRUE(tc["function"].contains("name"));
+          EXPECT_TRUE(tc["function"]["arguments"].is_string());
+          calls[k].push_back(tc);
+        } else {
+          ASSERT_LT(i, calls[k].size()) << "arguments before the call's first delta";
+          EXPECT_EQ(tc.size(), 2u) << tc.dump();
+          EXPECT_EQ(tc["function"].size(), 1u) << tc.dump();
+          calls[k][i]["function"]["arguments"] =
+              calls[k][i]["function"]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+          ++pieces[k];
+        }
+      }
     if (!c["finish_reason"].is_null()) finish[k] = c["finish_reason"];
   }
   for (int k = 0; k < 2; ++k) {
@@ -196,6 +144,7 @@ TEST(ServerHttp, ChatReasoningAndToolCalls) {
     EXPECT_EQ(calls[k][0]["index"], 0);
     EXPECT_EQ(calls[k][0]["function"]["name"], "get_weather");
     EXPECT_EQ(calls[k][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+    EXPECT_GE(pieces[k], 10) << "the arguments arrive a token at a time";
     EXPECT_EQ(finish[k], "tool_calls");
   }
 }
@@ -225,6 +174,87 @@ TEST(ServerHttp, StopStringsThroughTheEngineCallback) {
   EXPECT_EQ(l["choices"][0]["text"], "Hello");
   EXPECT_EQ(l["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(l["usage"]["completion_tokens"], 5);
+}
+
+// The connection's socket found by its two ends, and its peer's state, on a loopback pair.
+TEST(ServerPeer, FindsTheConnectionAndSeesItsPeerClose) {
+  const int lst = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lst, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(lst, 1), 0);
+  socklen_t len = sizeof(a);
+  getsockname(lst, reinterpret_cast<sockaddr*>(&a), &len);
+  const int cli = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(cli, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int srv = accept(lst, nullptr, nullptr);
+  ASSERT_GE(srv, 0);
+  sockaddr_in c{};
+  len = sizeof(c);
+  getsockname(cli, reinterpret_cast<sockaddr*>(&c), &len);
+  const int server_port = ntohs(a.sin_port), client_port = ntohs(c.sin_port);
+  // The server's end: local = the listening port, peer = the client's port (the client's own socket
+  // has these ends the other way round).
+  EXPECT_EQ(find_connection_socket("127.0.0.1", server_port, "127.0.0.1", client_port), srv);
+  EXPECT_EQ(find_connection_socket("127.0.0.1", client_port, "127.0.0.1", server_port), cli);
+  EXPECT_EQ(find_connection_socket("127.0.0.2", server_port, "127.0.0.1", client_port), -1);
+  EXPECT_EQ(find_connection_socket("127.0.0.1", server_port, "127.0.0.1", -1), -1);
+  // Data waiting (a request sent, not read) is not a close; a close is, and poll() read nothing.
+  ASSERT_EQ(send(cli, "GET", 3, 0), 3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(peer_closed(srv));
+  close(cli);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(peer_closed(srv));
+  char buf[8];
+  EXPECT_EQ(recv(srv, buf, sizeof(buf), 0), 3);
+  EXPECT_FALSE(peer_closed(-1));
+  close(srv);
+  close(lst);
+}
+
+// A client that sends a request on a raw socket and closes the connection without reading the answer.
+void send_and_close(int port, const json& body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string b = body.dump();
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the request is running now
+  close(fd);
+}
+
+// A client that gives up on a request, streamed or not, has it aborted at once (the script would
+// run for seconds), and /metrics counts it.
+TEST(ServerHttp, AClientThatClosesTheConnectionHasItsRequestAborted) {
+  Running r(std::string(4000, 'x'));
+  int want = 0;
+  for (bool stream : {false, true}) {
+    send_and_close(r.port, {{"prompt", "Say hi"}, {"max_tokens", 4000}, {"stream", stream}});
+    ++want;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (r.service.aborts.load() < want && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(r.service.aborts.load(), want) << (stream ? "streamed" : "not streamed");
+  }
+  httplib::Client c("127.0.0.1", r.port);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("\nmla:client_disconnects_total 2\n"), std::string::npos) << m->body;
+  // A client that waits gets the whole answer.
+  auto res = r.post("/v1/completions", {{"prompt", "Say hi"}, {"max_tokens", 50}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], std::string(50, 'x'));
+  EXPECT_EQ(r.service.aborts.load(), 2);
 }
 
 }  // namespace

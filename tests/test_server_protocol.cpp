@@ -2,6 +2,8 @@
 // framing, stop strings, the DeepSeek reasoning and tool-call parsers (split at every byte), metrics.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "server/metrics.h"
 #include "server/output.h"
 #include "server/protocol.h"
@@ -242,6 +244,32 @@ TEST(ServerReasoning, SplitsThinkFromContentAtEveryBoundary) {
         });
 }
 
+// What a client accumulates from a parser's outputs: the content and the whole calls. Checks the
+// deltas' shape on the way: a call's first delta (id, name) comes before its argument pieces, the
+// indices count up from 0, and no delta is empty.
+struct Accumulated {
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+Accumulated accumulate(const std::vector<ToolCallParser::Out>& outs, const std::string& how) {
+  Accumulated a;
+  for (const auto& o : outs) {
+    a.content += o.content;
+    for (const ToolCallDelta& d : o.calls) {
+      if (d.first) {
+        EXPECT_EQ(d.index, int64_t(a.calls.size())) << how;
+        EXPECT_EQ(d.id.rfind("call_", 0), 0u) << how;
+      } else {
+        EXPECT_LT(d.index, int64_t(a.calls.size())) << "arguments before the call's first delta, " << how;
+        EXPECT_FALSE(d.arguments.empty()) << "an empty delta, " << how;
+      }
+      if (!d.first && d.index >= int64_t(a.calls.size())) continue;
+      accumulate_tool_calls(a.calls, {d});
+    }
+  }
+  return a;
+}
+
 TEST(ServerToolCalls, ParsesV3AndV31FormatsAtEveryBoundary) {
   const std::string v3 =
       "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
@@ -254,33 +282,190 @@ TEST(ServerToolCalls, ParsesV3AndV31FormatsAtEveryBoundary) {
     every_split<ToolCallParser>(
         text, [] { return ToolCallParser(); },
         [&](const std::vector<ToolCallParser::Out>& outs, const std::string& how) {
-          std::string t;
-          std::vector<ToolCall> calls;
-          for (const auto& o : outs) {
-            t += o.content;
-            calls.insert(calls.end(), o.calls.begin(), o.calls.end());
-          }
-          EXPECT_EQ(t, content) << how;
-          ASSERT_EQ(calls.size(), 2u) << how;
-          EXPECT_EQ(calls[0].name, "get_weather");
-          EXPECT_EQ(calls[0].arguments, "{\"city\": \"Paris\"}");
-          EXPECT_EQ(calls[1].name, "get_time");
-          EXPECT_EQ(calls[1].arguments, "{}");
-          EXPECT_EQ(calls[0].id.rfind("call_", 0), 0u);
-          EXPECT_NE(calls[0].id, calls[1].id);
+          Accumulated a = accumulate(outs, how);
+          EXPECT_EQ(a.content, content) << how;
+          ASSERT_EQ(a.calls.size(), 2u) << how;
+          EXPECT_EQ(a.calls[0].name, "get_weather");
+          EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Paris\"}") << how;
+          EXPECT_EQ(a.calls[1].name, "get_time");
+          EXPECT_EQ(a.calls[1].arguments, "{}") << how;
+          EXPECT_NE(a.calls[0].id, a.calls[1].id);
+          for (const auto& o : outs)
+            for (const ToolCallDelta& d : o.calls) EXPECT_EQ(d.arguments.find('`'), std::string::npos) << how;
         });
-  // Text with no markers passes through; an unfinished block comes back as written.
-  const std::string broken = "a<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{";
+  // Text with no markers passes through; a block in which no call started comes back as written.
+  for (const std::string broken : {std::string("a<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_w"),
+                                   std::string("a<｜tool▁calls▁begin｜>\n<｜tool▁call▁begin｜>get_w"), std::string("plain")})
+    every_split<ToolCallParser>(
+        broken, [] { return ToolCallParser(); },
+        [&](const std::vector<ToolCallParser::Out>& outs, const std::string& how) {
+          Accumulated a = accumulate(outs, how);
+          EXPECT_TRUE(a.calls.empty()) << how;
+          EXPECT_EQ(a.content, broken) << how;
+        });
+  // A call cut short once its name is known stays a call, with its arguments as far as they got.
+  const std::string cut = "a<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"x\": 1 <｜tool▁call";
   every_split<ToolCallParser>(
-      broken, [] { return ToolCallParser(); },
+      cut, [] { return ToolCallParser(); },
       [&](const std::vector<ToolCallParser::Out>& outs, const std::string& how) {
-        std::string t;
-        for (const auto& o : outs) {
-          t += o.content;
-          EXPECT_TRUE(o.calls.empty());
-        }
-        EXPECT_EQ(t, broken) << how;
+        Accumulated a = accumulate(outs, how);
+        EXPECT_EQ(a.content, "a") << how;
+        ASSERT_EQ(a.calls.size(), 1u) << how;
+        EXPECT_EQ(a.calls[0].name, "f");
+        EXPECT_EQ(a.calls[0].arguments, "{\"x\": 1") << how;
       });
+}
+
+// The arguments stream as they arrive: fed byte by byte, a call's first delta (with its name) comes
+// right after the name, and every argument byte goes out as soon as nothing that follows can change
+// it, long before <｜tool▁call▁end｜>; the ``` fence never does.
+TEST(ServerToolCalls, ArgumentsStreamAsTheyArrive) {
+  struct Case {
+    std::string text, name, args;
+    std::string named_after;  // the name is sent once this prefix has arrived, not before
+  } cases[] = {
+      {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```"
+       "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "get_weather", "{\"city\": \"Paris\"}", "get_weather\n"},
+      {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>  {\"city\": \"Par is\"}\n"
+       "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "get_weather", "{\"city\": \"Par is\"}", "<｜tool▁sep｜>"},
+  };
+  for (const Case& c : cases) {
+    ToolCallParser p;
+    std::string args;
+    bool named = false;
+    const size_t name_at = c.text.find(c.named_after) + c.named_after.size();
+    const size_t args_at = c.text.find(c.args), args_end = args_at + c.args.size();
+    for (size_t i = 0; i < c.text.size(); ++i) {
+      ToolCallParser::Out o = p.feed(c.text.substr(i, 1));
+      for (const ToolCallDelta& d : o.calls) {
+        if (d.first) {
+          EXPECT_EQ(d.name, c.name);
+          EXPECT_EQ(i + 1, name_at) << "the name went out late or early";
+          named = true;
+        }
+        EXPECT_TRUE(named);
+        args += d.arguments;
+      }
+      // Every byte up to here is out, but for blank space (the arguments may end there).
+      if (i + 1 > args_at && i + 1 <= args_end) {
+        std::string want = c.text.substr(args_at, i + 1 - args_at);
+        while (!want.empty() && want.back() == ' ') want.pop_back();
+        EXPECT_EQ(args, want) << "after " << i + 1 << " bytes";
+      }
+      if (i + 1 >= args_end) EXPECT_EQ(args, c.args) << "after " << i + 1 << " bytes";
+    }
+    EXPECT_TRUE(p.finish().calls.empty());
+    EXPECT_EQ(args, c.args);
+  }
+}
+
+// The whole-call parse the streamed arguments must equal: the call's text between
+// <｜tool▁call▁begin｜> and <｜tool▁call▁end｜>, taken at once.
+ToolCall reference_call(std::string_view body) {
+  auto trim = [](std::string_view s) {
+    const size_t b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string_view::npos) return std::string();
+    return std::string(s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1));
+  };
+  ToolCall c;
+  const size_t sep = body.find(ToolCallParser::kSep);
+  if (sep == std::string_view::npos) {
+    c.name = trim(body);
+    c.arguments = "{}";
+    return c;
+  }
+  const std::string head = trim(body.substr(0, sep));
+  std::string_view rest = body.substr(sep + ToolCallParser::kSep.size());
+  const size_t nl = rest.find('\n');
+  if (head == "function" && nl != std::string_view::npos) {
+    c.name = trim(rest.substr(0, nl));
+    std::string args = trim(rest.substr(nl + 1));
+    if (args.rfind("```", 0) == 0) {
+      const size_t line = args.find('\n');
+      args = line == std::string::npos ? "" : args.substr(line + 1);
+      if (args.size() >= 3 && args.compare(args.size() - 3, 3, "```") == 0) args.resize(args.size() - 3);
+      args = trim(args);
+    }
+    c.arguments = args;
+  } else {
+    c.name = head;
+    c.arguments = trim(rest);
+  }
+  if (c.arguments.empty()) c.arguments = "{}";
+  return c;
+}
+
+// Random blocks of calls in every format (V3 fenced and not, V3.1, "function" without V3's newline,
+// a name alone), with arguments full
+// of blank space, backticks and pieces of markers, fed in random chunks and byte by byte: the
+// accumulated calls equal the whole-call parse, whatever the chunking.
+TEST(ServerToolCalls, RandomChunkingsEqualTheWholeParse) {
+  std::mt19937 rng(1234);
+  auto pick = [&](size_t n) { return size_t(rng() % n); };
+  const std::vector<std::string> atoms = {"{", "}", "\"", "a", "b7", ":", ",", " ", "  ", "\n", "\t", "`", "``", "```",
+                                          "<", "<｜", "<｜tool▁call", "<｜tool▁call▁end", "｜>", "é", "[1, 2]", "json"};
+  auto args_text = [&] {  // anything but the whole end marker
+    std::string s;
+    do {
+      s.clear();
+      for (size_t i = pick(12); i-- > 0;) s += atoms[pick(atoms.size())];
+    } while (s.find(ToolCallParser::kCallEnd) != std::string::npos);
+    return s;
+  };
+  const std::vector<std::string> blanks = {"", " ", "\n", " \n "};
+  for (int round = 0; round < 1000; ++round) {
+    std::string text = round % 3 ? "Sure." : "";
+    std::vector<ToolCall> want;
+    text += ToolCallParser::kCallsBegin;
+    for (size_t k = 1 + pick(3); k-- > 0;) {
+      std::string body;
+      const std::string name = "fn" + std::to_string(pick(100));
+      switch (pick(6)) {
+        case 0:  // V3, fenced
+          body = "function" + std::string(ToolCallParser::kSep) + name + "\n" + blanks[pick(4)] + "```json\n" +
+                 args_text() + blanks[pick(4)] + "```" + blanks[pick(4)];
+          break;
+        case 1:  // V3, fence line only, or no fence
+          body = "function" + std::string(ToolCallParser::kSep) + name + "\n" + (pick(2) ? "```json" : "") +
+                 args_text();
+          break;
+        case 2:
+        case 3:  // V3.1
+          body = name + std::string(ToolCallParser::kSep) + blanks[pick(4)] + args_text() + blanks[pick(4)];
+          break;
+        case 4:  // "function" and text that may or may not hold the newline that makes it V3
+          body = "function" + std::string(ToolCallParser::kSep) + args_text();
+          break;
+        default:  // a name alone
+          body = blanks[pick(4)] + name + blanks[pick(4)];
+      }
+      want.push_back(reference_call(body));
+      text += std::string(ToolCallParser::kCallBegin) + body + std::string(ToolCallParser::kCallEnd) + blanks[pick(4)];
+    }
+    text += ToolCallParser::kCallsEnd;
+    text += round % 2 ? " Done." : "";
+    const std::string content = std::string(round % 3 ? "Sure." : "") + (round % 2 ? " Done." : "");
+    for (int chunking = 0; chunking < 4; ++chunking) {
+      ToolCallParser p;
+      std::vector<ToolCallParser::Out> outs;
+      for (size_t i = 0; i < text.size();) {
+        const size_t n = chunking == 0 ? 1 : 1 + pick(chunking == 1 ? 4 : 40);
+        outs.push_back(p.feed(text.substr(i, n)));
+        i += n;
+      }
+      outs.push_back(p.finish());
+      const std::string how = "round " + std::to_string(round) + " chunking " + std::to_string(chunking);
+      Accumulated a = accumulate(outs, how);
+      EXPECT_EQ(a.content, content) << how;
+      ASSERT_EQ(a.calls.size(), want.size()) << how << "\n" << text;
+      for (size_t k = 0; k < want.size(); ++k) {
+        EXPECT_EQ(a.calls[k].name, want[k].name) << how;
+        EXPECT_EQ(a.calls[k].arguments, want[k].arguments) << how << "\n" << text;
+      }
+    }
+  }
 }
 
 engine::ChoiceUpdate upd(std::vector<int32_t> ids, engine::FinishReason f = engine::FinishReason::NONE) {
@@ -355,6 +540,7 @@ TEST(ServerOutput, ChatSplitsReasoningContentAndToolCalls) {
     ChoiceOutput out(&text, false, 0, true, false, {kEos});
     std::string reasoning, content;
     std::vector<ToolCall> calls;
+    int64_t deltas = 0;
     for (size_t i = 0; i < ids.size(); i += step) {
       const size_t e = std::min(ids.size(), i + step);
       Delta d = out.push(upd(std::vector<int32_t>(ids.begin() + i, ids.begin() + e),
@@ -362,8 +548,12 @@ TEST(ServerOutput, ChatSplitsReasoningContentAndToolCalls) {
                          -1);
       reasoning += d.reasoning;
       content += d.text;
-      calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+      accumulate_tool_calls(calls, d.tool_calls);
+      deltas += int64_t(d.tool_calls.size());
     }
+    // One token (here a byte) at a time, the call streams: its name, then each of the 7 bytes of
+    // {"c":1} as it arrives (none of them can be blank space at the end or part of the fence).
+    if (step == 1) EXPECT_EQ(deltas, 8);
     EXPECT_EQ(reasoning, "Need weather.");
     EXPECT_EQ(content, "Checking.");
     ASSERT_EQ(calls.size(), 1u);
@@ -405,7 +595,7 @@ TEST(ServerMetrics, PrometheusText) {
   m.time_to_first_token.counts = {2, 5};
   m.time_to_first_token.count = 6;
   m.time_to_first_token.sum = 0.75;
-  const std::string s = render_metrics(m);
+  const std::string s = render_metrics(m, 2);
   for (const char* line :
        {"# TYPE mla:num_requests_running gauge\nmla:num_requests_running 3\n", "mla:num_requests_waiting 1\n",
         "mla:kv_cache_usage_perc 0.25\n", "# TYPE mla:prefix_cache_queries_total counter\n",
@@ -415,7 +605,8 @@ TEST(ServerMetrics, PrometheusText) {
         "mla:time_to_first_token_seconds_bucket{le=\"0.01\"} 2\n",
         "mla:time_to_first_token_seconds_bucket{le=\"0.1\"} 5\n",
         "mla:time_to_first_token_seconds_bucket{le=\"+Inf\"} 6\n", "mla:time_to_first_token_seconds_sum 0.75\n",
-        "mla:time_to_first_token_seconds_count 6\n", "mla:inter_token_latency_seconds_count 0\n"})
+        "mla:time_to_first_token_seconds_count 6\n", "mla:inter_token_latency_seconds_count 0\n",
+        "# TYPE mla:client_disconnects_total counter\nmla:client_disconnects_total 2\n"})
     EXPECT_NE(s.find(line), std::string::npos) << line;
   // Every line is a comment or "name{labels} value".
   size_t at = 0;

@@ -23,47 +23,34 @@ bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
 }
 
-// A dense model (every layer an MLP) with DeepSeek-V3 attention head dims (kv_lora_rank 512,
-// rope 64: the CUDA decode kernel's shape) at a small hidden size, random weights.
-ModelConfig dense_config() {
+// A model with DeepSeek-V3 attention head dims (kv_lora_rank 512, rope 64: the CUDA decode
+// kernel's shape) at a small hidden size: one dense layer, then two MoE layers (V3 routing).
+ModelConfig small_config() {
   ModelConfig c;
   c.attn = mid_config();  // 16 heads, hidden 256
   c.vocab_size = 96;
   c.num_hidden_layers = 3;
   c.intermediate_size = 128;
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 8, c.num_experts_per_tok = 2, c.moe_intermediate_size = 64, c.n_shared_experts = 1;
+  c.n_group = 2, c.topk_group = 1;
+  c.scoring_func = "sigmoid", c.topk_method = "noaux_tc", c.norm_topk_prob = true, c.routed_scaling_factor = 2.5;
   return c;
-}
-
-ModelWeights dense_weights(const ModelConfig& c, DType dt) {
-  const int64_t H = c.hidden_size();
-  ModelWeights w;
-  w.embed_tokens = random_tensor({c.vocab_size, H}, dt, 11);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    DecoderLayerWeights l;
-    l.input_layernorm = random_tensor({H}, dt, 20 + uint64_t(i), 0.1);
-    l.post_attention_layernorm = random_tensor({H}, dt, 40 + uint64_t(i), 0.1);
-    l.self_attn = random_attention_weights(c.attn, 60 + uint64_t(i), dt);
-    l.mlp = MlpWeights{random_tensor({c.intermediate_size, H}, dt, 80 + uint64_t(i), 0.05),
-                       random_tensor({c.intermediate_size, H}, dt, 100 + uint64_t(i), 0.05),
-                       random_tensor({H, c.intermediate_size}, dt, 120 + uint64_t(i), 0.05)};
-    w.layers.push_back(std::move(l));
-  }
-  w.norm = random_tensor({H}, dt, 140, 0.1);
-  w.lm_head = random_tensor({c.vocab_size, H}, dt, 141, 0.05);
-  return w;
 }
 
 class StepPlan : public ::testing::TestWithParam<Platform> {};
 
-// A decode step through the whole model: the plan (positions, slots, segments, token ids) goes to
-// the device in one copy, nothing comes back and the host never waits inside Model::forward; the
-// decode split schedule is computed once for the step's layers (CUDA's fast kernel).
+// A decode step through the whole model (MLA, dense MLP, MoE): the plan (positions, slots,
+// segments, token ids, logit rows) goes to the device in one copy, nothing comes back and the host
+// never waits inside Model::forward; the decode split schedule is computed once for the step's
+// layers (CUDA's fast kernel).
 TEST_P(StepPlan, DecodeStepCopiesThePlanOnceAndNeverWaits) {
   const Platform p = GetParam();
   if (!platform_available(p)) GTEST_SKIP() << "platform " << platform_name(p) << " is not available here";
-  const ModelConfig cfg = dense_config();
+  const ModelConfig cfg = small_config();
   std::unique_ptr<Ops> ops = make_ops(p, DType::BF16);
-  Model model(cfg, dense_weights(cfg, DType::BF16), *ops);
+  LoadedModel lm = random_model(cfg, *ops, 3);
+  Model& model = *lm.model;
   KVPool pool({cfg.num_hidden_layers, cfg.attn.kv_row_dim(), DType::BF16, 64, 40},
               [&](DType d, Shape s) { return ops->empty(d, std::move(s)); });
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) ops->fill(pool.buffer(l), 0.25);
@@ -95,6 +82,13 @@ TEST_P(StepPlan, DecodeStepCopiesThePlanOnceAndNeverWaits) {
   const std::vector<double> second = ops->download(out.logits).to_doubles();
   EXPECT_TRUE(same_bits(first, second));
   EXPECT_EQ(ops->step_counters().d2h_copies, 0) << "a closed step's counts stay as they were";
+  // The logit rows a server asks for (the last token of each request) travel with the plan too.
+  const std::vector<int32_t> rows = {5, 0, 2};
+  const ModelOutput picked = model.forward(ids, plan, pool, opt, &rows);
+  const StepCounters with_rows = ops->step_counters();
+  EXPECT_EQ(with_rows.h2d_copies, 1) << "a step with logit rows";
+  EXPECT_EQ(with_rows.host_syncs, 0);
+  EXPECT_EQ(picked.logits.dim(0), 3);
 
   // One layer alone, no step: each call uploads its own arrays (today's path) — the difference the
   // step makes, and proof that the counters see per-layer copies.

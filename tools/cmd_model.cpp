@@ -194,6 +194,7 @@ void add_generate_command(CLI::App& app, int& rc) {
     std::vector<int64_t> prompt;
     if (text_mode) {
       const std::string dir = o->tokenizer.empty() ? o->model : o->tokenizer;
+      if (dir.empty()) throw UsageError("a text prompt needs --tokenizer DIR (random weights come without one)");
       const TextPrompt tp = text_prompt(dir, o->prompt, o->messages_file);
       tok = text::Tokenizer::load(dir);
       prompt.assign(tp.ids.begin(), tp.ids.end());
@@ -257,6 +258,18 @@ void add_generate_command(CLI::App& app, int& rc) {
   });
 }
 
+// The HF config.json of a named shape, as --random-weights builds it (e.g. to make a checkpoint
+// of that shape with transformers).
+void add_shape_command(CLI::App& app, int& rc) {
+  auto spec = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand("shape", "Print the config.json of a named model shape (see --random-weights)");
+  sub->add_option("name", *spec, "deepseek-v2-lite | deepseek-v2 | deepseek-v3, optionally NAME:N (N layers)")->required();
+  sub->callback([spec, &rc] {
+    std::printf("%s\n", named_model_config_json(*spec).c_str());
+    rc = 0;
+  });
+}
+
 void add_inspect_command(CLI::App& app, int& rc) {
   auto model = std::make_shared<std::string>();
   CLI::App* sub = app.add_subcommand("inspect", "Config summary, tensor table, parameter count, KV bytes per token");
@@ -306,7 +319,7 @@ void add_demo_command(CLI::App& app, int& rc) {
   auto o = std::make_shared<RunOpts>();
   o->model = MLA_DEFAULT_MODEL;
   CLI::App* sub = app.add_subcommand("demo", "Generate with the embedded DeepSeek-V3 test model, checked against transformers");
-  o->add(sub, /*model_required=*/false);
+  o->add(sub, /*model_required=*/false, /*allow_random=*/false);
   sub->callback([o, &rc] {
     o->parse();
     SafetensorsFile oracle = SafetensorsFile::open(o->model + "/oracle.safetensors");

@@ -72,10 +72,11 @@ void add_serve_command(CLI::App& app, int& rc) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
 
-    std::unique_ptr<server::TextModel> text = server::load_text_model(o->tokenizer.empty() ? o->model : o->tokenizer);
+    const std::string tok_dir = o->tokenizer.empty() ? o->model : o->tokenizer;
+    std::unique_ptr<server::TextModel> text = tok_dir.empty() ? nullptr : server::load_text_model(tok_dir);
     if (!text && !o->tokenizer.empty()) fail("--tokenizer {}: no tokenizer.json there", o->tokenizer);
     Session s = open_session(*o, o->kv_tokens);
-    so.eos_token_id = engine::read_eos_token_id(o->model, s.lm.config.vocab_size);
+    so.eos_token_id = o->model.empty() ? -1 : engine::read_eos_token_id(o->model, s.lm.config.vocab_size);
     std::unique_ptr<engine::Service> service = engine::make_service(*s.engine, so);
 
     server::ServerOptions opt;
@@ -84,11 +85,7 @@ void add_serve_command(CLI::App& app, int& rc) {
     opt.api_key = o->api_key;
     opt.http_threads = o->http_threads;
     opt.model_name = o->name;
-    if (opt.model_name.empty()) {
-      std::string dir = o->model;
-      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-      opt.model_name = dir.substr(dir.find_last_of('/') + 1);
-    }
+    if (opt.model_name.empty()) opt.model_name = o->model_name();
     server::Server srv(*service, text.get(), opt);
     const int port = srv.bind();
     if (!o->port_file.empty()) {

@@ -27,9 +27,11 @@ int main(int argc, char** argv) {
   add_logits_command(app, rc);
   add_generate_command(app, rc);
   add_inspect_command(app, rc);
+  add_shape_command(app, rc);
   add_bench_command(app, rc);
   add_serve_command(app, rc);
   add_bench_serve_command(app, rc);
+  add_bench_model_command(app, rc);
   add_tokenize_command(app, rc);
   add_detokenize_command(app, rc);
   add_chat_template_command(app, rc);

@@ -15,16 +15,27 @@ namespace mla::cli {
 // Options every model command shares: the model, the platform, dtype and dispatch option groups
 // (cli_options.h), the pool's page size and a forced method.
 struct RunOpts {
-  std::string model, method = "auto";
+  std::string model, random_weights, method = "auto";
+  uint64_t weight_seed = 0;
   int64_t page_size = 16;
   bool verbose = false;
   PlatformFlags platform;
   DtypeFlags dtypes{"f32", "f32"};
   DispatchFlags dispatch;
-  void add(CLI::App* sub, bool model_required = true) {
+  // model_required: --model (or --random-weights, when allowed) must be given.
+  void add(CLI::App* sub, bool model_required = true, bool allow_random = true) {
     sub->add_flag("-v,--verbose", verbose, "loading details on stderr");
     auto* m = sub->add_option("--model", model, "HF checkpoint folder (config.json + safetensors)");
-    if (model_required) m->required();
+    if (allow_random) {
+      auto* r = sub->add_option("--random-weights", random_weights,
+                                "no checkpoint: a named shape (deepseek-v2-lite, deepseek-v2, deepseek-v3; NAME:N "
+                                "keeps N layers) with random weights made on the platform");
+      sub->add_option("--weight-seed", weight_seed, "seed of --random-weights")->capture_default_str();
+      r->excludes(m);
+      if (model_required) model_or_random_ = true;
+    } else if (model_required) {
+      m->required();
+    }
     platform.add(sub);
     dtypes.add(sub);
     dispatch.add(sub);
@@ -48,7 +59,14 @@ struct RunOpts {
     }
     fwd.dispatch = dispatch.parse();
     if (page_size <= 0) throw UsageError("--page-size must be positive");
+    if (model_or_random_ && model.empty() && random_weights.empty())
+      throw UsageError("give the model with --model DIR or --random-weights SHAPE");
   }
+  // The model's name: its folder's last component, or the random shape.
+  std::string model_name() const;
+
+ private:
+  bool model_or_random_ = false;
 };
 
 struct Session {
@@ -57,7 +75,8 @@ struct Session {
   std::unique_ptr<Engine> engine;
 };
 
-// Loads the model (notes on stderr) and makes an engine whose pool holds `max_tokens` tokens.
+// Loads the model (a progress line on stderr for loads past a second; notes with --verbose) and
+// makes an engine whose pool holds `max_tokens` tokens.
 Session open_session(const RunOpts& o, int64_t max_tokens);
 
 }  // namespace mla::cli

@@ -15,10 +15,12 @@
 #include "mla/attention.h"
 #include "mla/config.h"
 #include "mla/error.h"
+#include "mla/moe.h"
 #include "mla/platform_ops.h"
 #include "platform/gpu/attention_kernels.h"
 #include "platform/cuda/cuda_check.h"
 #include "platform/gpu/elementwise.h"
+#include "platform/gpu/gpu_ops.h"
 #include "platform/cuda/mha_prefill.h"
 #include "platform/cuda/mla_decode.h"
 
@@ -245,6 +247,97 @@ json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, i
   return j;
 }
 
+// One MoE layer's routed experts (bf16) through the CUDA platform's ops: moe_route on random f32
+// router logits, then moe_experts on the stacked experts, timed on the ops' stream. Roofline bytes:
+// the weights of the experts the routing touched (plus x, out); FLOPs: 2 · T·K · 3 · I · hidden.
+// Enough weight copies rotate that every run reads more than the L2 holds. `old_loop` also times
+// the per-expert host loop this replaced (router logits downloaded, route_tokens on the host,
+// per expert gather → three GEMMs → scatter) on the same rows.
+json bench_moe(const std::string& name, const MoeRouting& r, int64_t I, int64_t Hd, int64_t T, bool old_loop,
+               const Ceilings& c, int runs) {
+  const int64_t E = r.n_routed_experts, K = r.num_experts_per_tok;
+  std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, DType::BF16);
+  cudaStream_t s = dynamic_cast<gpu::GpuOps&>(*ops).stream();
+  const size_t per = size_t(E * I * Hd);
+  const int copies = int(std::clamp<size_t>((size_t(3) << 30) / (per * 2 * 3), 1, 4));
+  struct Set { Tensor gate, up, down; };
+  std::vector<Set> sets;
+  for (int i = 0; i < copies; ++i) {
+    Set w{ops->empty(DType::BF16, {E, I, Hd}), ops->empty(DType::BF16, {E, I, Hd}), ops->empty(DType::BF16, {E, Hd, I})};
+    fill_random(w.gate.data(), Elem::BF16, per, 30 + i, 0.02f, s);
+    fill_random(w.up.data(), Elem::BF16, per, 40 + i, 0.02f, s);
+    fill_random(w.down.data(), Elem::BF16, per, 50 + i, 0.02f, s);
+    sets.push_back(std::move(w));
+  }
+  Tensor logits = ops->empty(DType::F32, {T, E}), bias;
+  fill_random(logits.data(), Elem::F32, size_t(T * E), 60, 1.f, s);
+  if (r.scoring_func == "sigmoid") {
+    bias = ops->empty(DType::F32, {E});
+    fill_random(bias.data(), Elem::F32, size_t(E), 61, 0.01f, s);
+  }
+  Tensor x = ops->empty(DType::BF16, {T, Hd}), out = ops->empty(DType::BF16, {T, Hd});
+  fill_random(x.data(), Elem::BF16, size_t(T * Hd), 62, 1.f, s);
+  Tensor ex = ops->empty(DType::I32, {T, K}), w = ops->empty(DType::F32, {T, K});
+  const double us = time_us(s, runs, [&](int i) {
+    const Set& m = sets[size_t(i) % sets.size()];
+    ops->moe_route(logits, bias, r, ex, w);
+    ops->moe_experts(x, ex, w, m.gate, m.up, m.down, out);
+  });
+  const double route_us = time_us(s, runs, [&](int) { ops->moe_route(logits, bias, r, ex, w); });
+  const double experts_us = time_us(s, runs, [&](int i) {
+    const Set& m = sets[size_t(i) % sets.size()];
+    ops->moe_experts(x, ex, w, m.gate, m.up, m.down, out);
+  });
+  const Tensor hx = ops->download(ex);
+  std::vector<bool> touched(size_t(E), false);
+  for (int64_t i = 0; i < T * K; ++i) touched[size_t(hx.ptr<int32_t>()[i])] = true;
+  const double n_touched = double(std::count(touched.begin(), touched.end(), true));
+  const double flops = 2.0 * double(T * K) * 3.0 * double(I) * double(Hd);
+  const double bytes = n_touched * 3.0 * double(I) * double(Hd) * 2 + 2.0 * double(T * Hd) * 2;
+  json j = row(fmt::format("moe {} T{}", name, T), us, flops, bytes, c);
+  j.update({{"T", T}, {"E", E}, {"K", K}, {"I", I}, {"hidden", Hd}, {"experts_touched", n_touched},
+            {"route_us", route_us}, {"experts_us", experts_us},
+            {"roofline_us", std::max(bytes / (c.copy_gbs * 1e9), flops / (c.gemm_tflops * 1e12)) * 1e6}});
+  if (old_loop) {
+    std::vector<Tensor> eg, eu, ed;  // per-expert tensors, as the model held them
+    for (int64_t e = 0; e < E; ++e) {
+      eg.push_back(ops->empty(DType::BF16, {I, Hd})), eu.push_back(ops->empty(DType::BF16, {I, Hd}));
+      ed.push_back(ops->empty(DType::BF16, {Hd, I}));
+      fill_random(eg.back().data(), Elem::BF16, size_t(I * Hd), 70 + e, 0.02f, s);
+      fill_random(eu.back().data(), Elem::BF16, size_t(I * Hd), 170 + e, 0.02f, s);
+      fill_random(ed.back().data(), Elem::BF16, size_t(I * Hd), 270 + e, 0.02f, s);
+    }
+    std::vector<float> bias_h;
+    if (bias.defined())
+      for (double v : ops->download(bias).to_doubles()) bias_h.push_back(float(v));
+    const double old_us = time_us(s, std::min(runs, 5), [&](int) {
+      std::vector<float> host;
+      for (double v : ops->download(logits).to_doubles()) host.push_back(float(v));
+      const Routing rt = route_tokens(r, host, bias_h, T);
+      ops->fill(out, 0.0);
+      for (int64_t e = 0; e < E; ++e) {
+        std::vector<int32_t> rows;
+        std::vector<float> wts;
+        for (int64_t i = 0; i < T * K; ++i)
+          if (rt.expert[size_t(i)] == e) rows.push_back(int32_t(i / K)), wts.push_back(rt.weight[size_t(i)]);
+        if (rows.empty()) continue;
+        const int64_t n = int64_t(rows.size());
+        Tensor xe = ops->empty(DType::BF16, {n, Hd}), g = ops->empty(DType::BF16, {n, I}), u = ops->empty(DType::BF16, {n, I});
+        Tensor y = ops->empty(DType::BF16, {n, Hd});
+        ops->gather_rows(x, rows, xe);
+        ops->linear(xe, eg[size_t(e)], g);
+        ops->linear(xe, eu[size_t(e)], u);
+        ops->silu_mul(g, u, g);
+        ops->linear(g, ed[size_t(e)], y);
+        ops->scatter_add_rows(y, rows, wts, out);
+      }
+    }, 1);
+    j["old_host_loop_us"] = old_us;
+    j["speedup_over_old"] = old_us / us;
+  }
+  return j;
+}
+
 }  // namespace
 
 json run_bench(const BenchOptions& o) {
@@ -263,6 +356,24 @@ json run_bench(const BenchOptions& o) {
   Ceilings c = measure_ceilings(s, runs);
   json out = {{"device", prop.name}, {"sms", prop.multiProcessorCount},
               {"ceilings", {{"copy_gbs", c.copy_gbs}, {"gemm_bf16_tflops", c.gemm_tflops}}}};
+  {  // MoE: V2-Lite (E 64, top-6, I 1408, hidden 2048) and V3 (E 256, top-8, I 2048, hidden 7168)
+    MoeRouting v2;
+    v2.n_routed_experts = 64, v2.num_experts_per_tok = 6;
+    MoeRouting v3;
+    v3.n_routed_experts = 256, v3.num_experts_per_tok = 8, v3.n_group = 8, v3.topk_group = 4;
+    v3.scoring_func = "sigmoid", v3.topk_method = "noaux_tc", v3.norm_topk_prob = true, v3.routed_scaling_factor = 2.5;
+    json moe = json::array();
+    if (!o.rocm_only) {
+      for (int64_t T : o.quick ? std::vector<int64_t>{1, 128} : std::vector<int64_t>{1, 16, 128, 4096})
+        moe.push_back(bench_moe("v2-lite", v2, 1408, 2048, T, T <= 128, c, runs));
+      moe.push_back(bench_moe("v3", v3, 2048, 7168, 128, false, c, runs));
+    }
+    out["moe"] = moe;
+    if (o.moe_only) {
+      cudaStreamDestroy(s);
+      return out;
+    }
+  }
   json mla = json::array(), mha = json::array(), layers = json::array();
   if (!o.rocm_only) {
     const std::vector<int> heads = {128, 16}, batches = o.quick ? std::vector<int>{1, 128} : std::vector<int>{1, 16, 128};

@@ -35,6 +35,10 @@ class AttentionLayer {
  public:
   // Validates the weights against the config and uploads them (in ops.act_dtype()).
   AttentionLayer(const AttentionConfig& cfg, const AttentionWeights& weights, Ops& ops);
+  // Weights already on ops' platform in ops.act_dtype() (a model loader's), taken without a copy;
+  // w_kc / w_vc are split from kv_b_proj there.
+  static std::unique_ptr<AttentionLayer> on_platform(const AttentionConfig& cfg,
+                                                     const AttentionWeights& weights, Ops& ops);
 
   const AttentionConfig& config() const { return cfg_; }
   Ops& ops() const { return ops_; }
@@ -51,6 +55,7 @@ class AttentionLayer {
                           const DispatchSettings& settings = {});
 
  private:
+  AttentionLayer(const AttentionConfig& cfg, Ops& ops);
   AttentionConfig cfg_;
   Ops& ops_;
   DeviceAttentionWeights w_;

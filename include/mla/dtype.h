@@ -65,5 +65,8 @@ inline constexpr uint8_t kFp8E4m3fnuzNaN = 0x80;
 // Generic scalar access by dtype (slow path: tests, loaders, reference).
 double load_as_double(const void* base, DType t, size_t index);
 void store_from_double(void* base, DType t, size_t index, double v);
+// dst[0, n) = src[0, n) converted: the same values store_from_double(load_as_double(...)) gives,
+// with fast paths for the weight conversions (same dtype, bf16 → f32/f64, f32 → bf16/f64).
+void convert_elements(const void* src, DType from, void* dst, DType to, size_t n);
 
 }  // namespace mla

@@ -1,58 +1,33 @@
 // mla/model.h — the DeepSeek-V2/V3 decoder: embedding; per layer RMSNorm → MLA attention →
 // residual → RMSNorm → MLP or MoE → residual; final RMSNorm; lm_head.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "mla/attention.h"
 #include "mla/model_config.h"
+#include "mla/moe.h"
 #include "mla/weights.h"
 
 namespace mla {
 
-struct MlpWeights {
-  Tensor gate_proj;  // [I, hidden]
-  Tensor up_proj;    // [I, hidden]
-  Tensor down_proj;  // [hidden, I]
+// Where a model's weights come from (a checkpoint, random values): each fill() writes the tensor of
+// that HF name (model.layers.N.mlp.experts.E.gate_proj.weight, ...) into `dst`, a tensor on the
+// model's platform of the expected shape and dtype. Errors name the tensor.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // Called once before the fills: how many tensors and bytes will be asked for.
+  virtual void begin(int64_t tensors, int64_t bytes) {}
+  virtual void fill(const std::string& name, Tensor& dst) = 0;
+  virtual void end() {}  // after the last fill: every write has landed
 };
 
-struct MoeWeights {
-  Tensor gate;                     // [n_routed_experts, hidden] router
-  Tensor e_score_correction_bias;  // [n_routed_experts] (V3; absent for V2)
-  std::vector<MlpWeights> experts;
-  MlpWeights shared;               // width moe_intermediate_size · n_shared_experts (absent if 0)
-};
-
-struct DecoderLayerWeights {
-  Tensor input_layernorm, post_attention_layernorm;  // [hidden]
-  AttentionWeights self_attn;
-  std::optional<MlpWeights> mlp;  // dense layers
-  std::optional<MoeWeights> moe;  // MoE layers
-};
-
-struct ModelWeights {
-  Tensor embed_tokens;  // [vocab, hidden]
-  std::vector<DecoderLayerWeights> layers;
-  Tensor norm;          // [hidden]
-  Tensor lm_head;       // [vocab, hidden] (embed_tokens when tied)
-};
-
-// Loads every tensor by its HF name (model.layers.N.mlp.experts.E.gate_proj.weight, ...),
-// dequantizing block-fp8 weights, converting to `dtype`. A missing or misshapen tensor is an
-// Error naming it. Names the checkpoint has but the model does not use are appended to `unused`.
-ModelWeights load_model_weights(const ModelConfig& c, const TensorLookup& get,
-                                const std::vector<std::string>& names, DType dtype,
-                                std::vector<std::string>* unused = nullptr);
-
-// Expert choice for T tokens: expert[t·k + j] and weight[t·k + j], k = num_experts_per_tok.
-struct Routing {
-  std::vector<int32_t> expert;
-  std::vector<float> weight;
-};
-// router_logits [T, n_routed_experts] (f32, as HF computes them); bias [n_routed_experts] or empty.
-Routing route_tokens(const ModelConfig& c, const std::vector<float>& router_logits,
-                     const std::vector<float>& bias, int64_t T);
+// The routing parameters of the config's MoE layers (mla/moe.h).
+MoeRouting moe_routing(const ModelConfig& c);
 
 struct ForwardOptions {
   DispatchSettings dispatch;
@@ -66,7 +41,10 @@ struct ModelOutput {
 
 class Model {
  public:
-  Model(const ModelConfig& c, const ModelWeights& w, Ops& ops);
+  // Allocates every weight on ops' platform (ops.act_dtype(); the router in f32), then fills them
+  // from `src` in checkpoint order. Experts are stacked per layer: [n_routed_experts, ...].
+  Model(const ModelConfig& c, WeightSource& src, Ops& ops);
+  int64_t parameters() const { return parameters_; }  // elements of every weight
   const ModelConfig& config() const { return cfg_; }
   Ops& ops() const { return ops_; }
 
@@ -75,8 +53,10 @@ class Model {
   ForwardMethod choose_method(const Batch& b, const ForwardOptions& opt) const;
   // Runs the batch through every layer. ids [T]: the new tokens, request after request. The
   // pool (one layer per decoder layer) must hold slots for them (see plan_batch).
+  // logit_rows: the rows of the batch whose logits are wanted (nullptr: all T); lm_head runs on
+  // those rows only, and ModelOutput::logits has one row per entry.
   ModelOutput forward(const std::vector<int32_t>& ids, const BatchPlan& plan, KVPool& pool,
-                      const ForwardOptions& opt);
+                      const ForwardOptions& opt, const std::vector<int32_t>* logit_rows = nullptr);
 
  private:
   struct Mlp {
@@ -87,16 +67,17 @@ class Model {
     std::unique_ptr<AttentionLayer> attn;
     std::optional<Mlp> mlp;
     Tensor router;  // [E, hidden] f32
-    std::vector<float> bias;
-    std::vector<Mlp> experts;
+    Tensor bias;    // [E] f32 e_score_correction_bias (V3), undefined for V2
+    Mlp experts;    // stacked routed experts: gate_proj, up_proj [E, I, hidden]; down_proj [E, hidden, I]
     std::optional<Mlp> shared;
   };
-  Mlp upload(const MlpWeights& m);
   Tensor mlp(const Mlp& m, const Tensor& x);  // x[n, hidden] → [n, hidden]
   Tensor moe(const Layer& l, const Tensor& x);
 
   ModelConfig cfg_;
   Ops& ops_;
+  int64_t parameters_ = 0;
+  MoeRouting routing_;
   Tensor embed_, norm_, lm_head_;
   std::vector<Layer> layers_;
 };
@@ -105,15 +86,42 @@ class Model {
 
 namespace mla {
 
-// A model loaded from an HF checkpoint folder (config.json + model.safetensors or a sharded
-// index), on the platform of `ops`, in ops.act_dtype(). Checkpoint names the model does not use
-// are listed in `unused` (reported, not fatal).
 struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<Model> model;
-  std::vector<std::string> unused;
-  int64_t parameters = 0;  // elements of every tensor the model uses
+  std::vector<std::string> unused;  // checkpoint tensors the model does not use
+  int64_t parameters = 0;           // elements of every weight
+  double seconds = 0;               // the time the weights took
 };
-LoadedModel load_model(const std::string& dir, Ops& ops);
+
+// How far a load is (called from the loading thread after each tensor).
+struct LoadProgress {
+  int64_t tensors = 0, tensors_total = 0;
+  int64_t bytes = 0, bytes_total = 0;  // as stored on the platform
+  double seconds = 0;                  // since the load began
+};
+struct LoadOptions {
+  std::function<void(const LoadProgress&)> progress;
+  int threads = 0;  // host threads converting weights; 0: every hardware thread
+  size_t staging_bytes = size_t(64) << 20;  // each of the three staging buffers
+};
+
+// A model from an HF checkpoint folder (config.json + model.safetensors or a sharded index), on
+// the platform of `ops`, in ops.act_dtype(): each tensor goes from the memory-mapped file to its
+// dtype on many threads and to the platform through page-locked staging buffers, overlapping the
+// copies (no host copy of the whole model; on the CPU the staging is plain memory). Block-fp8
+// weights are dequantized on the host.
+LoadedModel load_model(const std::string& dir, Ops& ops, const LoadOptions& opt = {});
+
+// A model of the config's shape whose weights are generated on the platform, as transformers
+// initializes them (std initializer_range, RMSNorm weights 1, e_score_correction_bias 0), from a
+// hash of the seed and each tensor's name.
+LoadedModel random_model(const ModelConfig& c, Ops& ops, uint64_t seed = 0, const LoadOptions& opt = {});
+
+// The configs of named DeepSeek shapes, as their HF config.json: "deepseek-v2-lite",
+// "deepseek-v2", "deepseek-v3"; "NAME:N" keeps the first N layers. Error listing the names.
+std::string named_model_config_json(std::string_view spec);
+ModelConfig named_model_config(std::string_view spec);
+std::vector<std::string> named_model_shapes();
 
 }  // namespace mla

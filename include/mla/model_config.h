@@ -25,6 +25,7 @@ struct ModelConfig {
   std::string scoring_func;  // "sigmoid" (V3) or "softmax" (V2)
   std::string topk_method;   // V3: "noaux_tc"; V2: "greedy" or "group_limited_greedy"
   bool tie_word_embeddings = false;
+  double initializer_range = 0.02;  // the std of random weights (transformers' init)
 
   const std::string& model_type() const { return attn.model_type; }
   int64_t hidden_size() const { return attn.hidden_size; }

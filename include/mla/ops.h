@@ -3,6 +3,7 @@
 // CPU reference flavour), natural log, −inf for a query that saw no key. Shapes: T new tokens, S key rows, H heads.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "mla/batch.h"
 #include "mla/kv_pool.h"
+#include "mla/moe.h"
 #include "mla/rope.h"
 #include "mla/tensor.h"
 #include "mla/weights.h"
@@ -46,17 +48,29 @@ class Ops {
   virtual Tensor upload(const Tensor& host) = 0;      // same dtype, on this platform
   virtual Tensor download(const Tensor& t) = 0;       // a host copy
   virtual void fill(Tensor& t, double value) = 0;     // every element (NaN allowed)
+  // Element i = hash_normalish(seed, i, std) (mla/random.h): the same values on every platform.
+  virtual void fill_random(Tensor& t, uint64_t seed, double std) = 0;
   virtual void synchronize() {}
+
+  // ---- loading --------------------------------------------------------------------------------
+  // Host memory upload_async copies from at full speed (page-locked on GPUs; plain on the CPU).
+  virtual std::shared_ptr<void> alloc_staging(size_t bytes);
+  // dst's bytes [offset, offset + n) ← host[0, n). May return before the copy ends (GPUs): `host`
+  // must stay unchanged until wait_upload(slot); slot in [0, kUploadSlots) names the copy.
+  static constexpr int kUploadSlots = 4;
+  virtual void upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot);
+  virtual void wait_upload(int slot) {}
 
   // ---- steps ----------------------------------------------------------------------------------
   // One forward step over `plan` (every layer of a model, or one layer alone), between begin_step
   // and end_step. A GPU platform checks the plan's slots against `pool` once, uploads the plan's
-  // per-step arrays (positions, slots, both segment sets, and `token_ids` when given) in one copy
-  // to a device buffer at a stable address, and resolves op calls given those same vectors to
-  // it. The plan, pool and ids must outlive the step. Throws Error (and opens no step) when a
+  // per-step arrays (positions, slots, both segment sets, and the `extra` vectors: a model's token
+  // ids and logit rows; null entries are skipped) in one copy to a device buffer at a stable
+  // address, and resolves op calls given those same vectors to it. The plan, pool and extra
+  // vectors must outlive the step, unchanged. Throws Error (and opens no step) when a
   // slot is outside the pool or a step is already open. Default: nothing to do.
   virtual void begin_step(const BatchPlan& plan, const KVPool& pool,
-                          const std::vector<int32_t>* token_ids = nullptr) {}
+                          std::initializer_list<const std::vector<int32_t>*> extra = {}) {}
   virtual void end_step() noexcept {}  // closes the open step, if any
   // True inside a step over this plan and pool: its slots were checked against the pool.
   virtual bool step_checked(const BatchPlan& plan, const KVPool& pool) const { return false; }
@@ -69,6 +83,7 @@ class Ops {
   // K-contiguous layout); the result travels with the layer's weights to the platform's own
   // methods. Default: nothing to pack.
   virtual std::shared_ptr<const void> pack_absorbed(const AbsorbedWeights& host) { return nullptr; }
+  virtual bool packs_absorbed() const { return false; }  // whether pack_absorbed returns anything
   // The absorbed weights as that packed form represents them, when they differ from `host`
   // (quantized): the reference harness judges the platform's absorbed methods against these.
   virtual std::optional<AbsorbedWeights> absorbed_as_packed(const AbsorbedWeights& host) const {
@@ -80,6 +95,9 @@ class Ops {
   virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
   // x[M, ld]: RMSNorm over columns [0, n) of each row, in place, times w[n]
   virtual void rmsnorm(Tensor& x, int64_t n, const Tensor& w, double eps) = 0;
+  // h[M, n] += y[M, n]; then x[M, n] = RMSNorm(h) · w[n]: the residual add and the next norm, as
+  // add(h, y); copy(h, x); rmsnorm(x, n, w, eps) give them, bit for bit (a platform may fuse them).
+  virtual void add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, double eps);
   // x[T, heads·head_dim]: RoPE on columns [rot_offset, rot_offset + rope_dim) of every head
   virtual void rope(Tensor& x, int64_t heads, int64_t head_dim, int64_t rot_offset,
                     const std::vector<int32_t>& positions, const RopeFrequencies& f) = 0;
@@ -117,6 +135,25 @@ class Ops {
   // out[M, I] = silu(gate[M, I]) · up[M, I]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
 
+  // ---- MoE ----------------------------------------------------------------------------------
+  // T tokens, E = n_routed_experts, K = num_experts_per_tok. Sizes stay on the platform: no host
+  // round trip, no synchronization (a decode step may be captured whole).
+  // router_logits[T, E] f32, bias[E] f32 (e_score_correction_bias) or undefined
+  //   → expert[T, K] i32, weight[T, K] f32: route_tokens' choice (ids exactly, weights in f32).
+  virtual void moe_route(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r,
+                         Tensor& expert, Tensor& weight) = 0;
+  // x[T, hidden], expert[T, K] i32, weight[T, K] f32; stacked experts gate[E, I, hidden],
+  // up[E, I, hidden], down[E, hidden, I] → out[T, hidden] (overwritten):
+  //   out[t] = Σ_{k=0..K-1} weight[t, k] · down_e(silu(gate_e · x_t) ⊙ up_e · x_t), e = expert[t, k],
+  // summed in k order. A token's row never depends on the other tokens of the batch.
+  virtual void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight,
+                           const Tensor& gate, const Tensor& up, const Tensor& down, Tensor& out) = 0;
+
+  // ---- sampling -------------------------------------------------------------------------------
+  // x[R, V] f32 → out[R] I32: per row the first index of the largest value (greedy decoding, as
+  // std::max_element picks it); NaN is never the largest (a row of NaN gives 0).
+  virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
+
   // ---- MLA steps ------------------------------------------------------------------------------
   // q[T, H, dn+dr] → q_mla[T, H, kv_lora_rank + dr] = [q_nope[h] · w_kc[h] | q_pe]
   //   w_kc[H, dn, kv_lora_rank]
@@ -136,9 +173,9 @@ class Ops {
 class StepScope {
  public:
   StepScope(Ops& ops, const BatchPlan& plan, const KVPool& pool,
-            const std::vector<int32_t>* token_ids = nullptr)
+            std::initializer_list<const std::vector<int32_t>*> extra = {})
       : ops_(ops) {
-    ops_.begin_step(plan, pool, token_ids);
+    ops_.begin_step(plan, pool, extra);
   }
   ~StepScope() { ops_.end_step(); }
   StepScope(const StepScope&) = delete;

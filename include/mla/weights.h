@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mla/config.h"
 #include "mla/tensor.h"
@@ -28,6 +29,17 @@ struct AttentionWeights {
   AttentionWeights to(DType dtype) const;
 };
 
+// One weight of the layer: its HF name (without ".weight"), member, expected shape, and whether
+// this config uses it. Order is the order of validation, loading and random generation.
+struct AttentionWeightSlot {
+  const char* name;
+  Tensor AttentionWeights::*member;
+  Shape shape;
+  bool used;
+  bool norm;  // a layernorm weight (1-D), not a projection
+};
+std::vector<AttentionWeightSlot> attention_weight_slots(const AttentionConfig& c);
+
 // Random weights with unit-scale activations (normal, std 1/sqrt(fan_in); norms near 1).
 AttentionWeights random_attention_weights(const AttentionConfig& c, uint64_t seed,
                                           DType dtype = DType::F32);
@@ -46,6 +58,10 @@ AttentionWeights load_attention_weights(const AttentionConfig& c, const TensorLo
 // Error naming a missing, misshapen or wrongly typed tensor.
 Tensor load_weight(const TensorLookup& get, const std::string& name, const Shape& shape,
                    DType dtype);
+
+// The checks load_weight makes before converting: Error naming a missing or misshapen tensor, one
+// not on the host, or one neither float nor fp8. Returns *t.
+const Tensor& check_weight(const std::optional<Tensor>& t, const std::string& name, const Shape& shape);
 
 // w[N, K] fp8 · scale_inv[ceil(N/block), ceil(K/block)] per block → dtype. Edge blocks are partial.
 Tensor dequantize_block_fp8(const Tensor& w, const Tensor& scale_inv, DType dtype,

@@ -2,6 +2,7 @@
 #include "mla/dtype.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "mla/error.h"
@@ -179,6 +180,29 @@ void store_from_double(void* base, DType t, size_t i, double v) {
       static_cast<uint8_t*>(base)[i] = v >= 255.0 ? uint8_t(255) : v > 0.0 ? uint8_t(v) : uint8_t(0);
       return;
   }
+}
+
+void convert_elements(const void* src, DType from, void* dst, DType to, size_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, n * dtype_size(from));
+    return;
+  }
+  auto each = [&](auto load, auto store) {
+    for (size_t i = 0; i < n; ++i) store(i, load(i));
+  };
+  const auto* f32 = static_cast<const float*>(src);
+  const auto* b16 = static_cast<const bf16*>(src);
+  if (from == DType::BF16 && to == DType::F32)
+    return each([&](size_t i) { return bf16_to_float(b16[i]); }, [&](size_t i, float v) { static_cast<float*>(dst)[i] = v; });
+  if (from == DType::BF16 && to == DType::F64)
+    return each([&](size_t i) { return bf16_to_float(b16[i]); }, [&](size_t i, float v) { static_cast<double*>(dst)[i] = v; });
+  if (from == DType::F32 && to == DType::F64)
+    return each([&](size_t i) { return f32[i]; }, [&](size_t i, float v) { static_cast<double*>(dst)[i] = v; });
+  if (from == DType::F32 && to == DType::BF16)  // one rounding, as double_to_bf16; NaN as it writes it
+    return each([&](size_t i) { return f32[i]; }, [&](size_t i, float v) {
+      static_cast<bf16*>(dst)[i] = std::isnan(v) ? bf16{0x7fc0} : float_to_bf16(v);
+    });
+  for (size_t i = 0; i < n; ++i) store_from_double(dst, to, i, load_as_double(src, from, i));
 }
 
 }  // namespace mla

@@ -81,8 +81,7 @@ Tensor Tensor::clone() const {
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return clone();
   Tensor t = host(dtype, shape_);
-  const size_t n = size_t(numel());
-  for (size_t i = 0; i < n; ++i) t.set(i, at(i));
+  convert_elements(data(), dtype_, t.data(), dtype, size_t(numel()));
   return t;
 }
 

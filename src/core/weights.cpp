@@ -22,17 +22,11 @@ void check_float_dtype(DType t, const char* what) {
     fail("{}: dtype {} is not a float dtype (f64, f32, bf16, f16)", what, dtype_name(t));
 }
 
-// One weight of the layer: its HF name (without ".weight"), member, expected shape, and whether
-// this config uses it. Order is the order of validation, loading and random generation.
-struct Slot {
-  const char* name;
-  Tensor AttentionWeights::*member;
-  Shape shape;
-  bool used;
-  bool norm;  // a layernorm weight (1-D), not a projection
-};
+using Slot = AttentionWeightSlot;
 
-std::vector<Slot> weight_slots(const AttentionConfig& c) {
+}  // namespace
+
+std::vector<AttentionWeightSlot> attention_weight_slots(const AttentionConfig& c) {
   const int64_t H = c.num_attention_heads, hs = c.hidden_size, r = c.q_lora_rank;
   const bool lora = c.has_q_lora();
   return {
@@ -48,6 +42,8 @@ std::vector<Slot> weight_slots(const AttentionConfig& c) {
       {"o_proj", &AttentionWeights::o_proj, {hs, H * c.v_head_dim}, true, false},
   };
 }
+
+namespace {
 
 // Rows [row0, row0 + rows) of a row-major 2-D view with `cols` columns, copied bytewise.
 void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t rows,
@@ -66,7 +62,7 @@ void check_host(const Tensor& t, const std::string& what) {
 }  // namespace
 
 void AttentionWeights::validate(const AttentionConfig& c) const {
-  for (const Slot& s : weight_slots(c)) {
+  for (const Slot& s : attention_weight_slots(c)) {
     const Tensor& t = this->*s.member;
     if (!s.used) {
       if (t.defined())
@@ -100,7 +96,7 @@ AttentionWeights random_attention_weights(const AttentionConfig& c, uint64_t see
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   AttentionWeights w;
-  for (const Slot& s : weight_slots(c)) {
+  for (const Slot& s : attention_weight_slots(c)) {
     if (!s.used) continue;
     for (int64_t d : s.shape)
       if (d < 1)
@@ -154,15 +150,24 @@ Tensor dequantize_block_fp8(const Tensor& w, const Tensor& scale_inv, DType dtyp
   return out;
 }
 
-Tensor load_weight(const TensorLookup& get, const std::string& name, const Shape& shape,
-                   DType dtype) {
-  check_float_dtype(dtype, "load weight");
-  std::optional<Tensor> t = get(name);
+const Tensor& check_weight(const std::optional<Tensor>& t, const std::string& name,
+                           const Shape& shape) {
   if (!t || !t->defined()) fail("checkpoint: missing tensor '{}'", name);
   if (t->shape() != shape)
     fail("checkpoint: tensor '{}' has shape {}, expected {}", name, shape_str(t->shape()),
          shape_str(shape));
   check_host(*t, "checkpoint: tensor '" + name + "'");
+  if (!is_fp8(t->dtype()) && !is_float_dtype(t->dtype()))
+    fail("checkpoint: tensor '{}' has dtype {}, expected a float or fp8 dtype", name,
+         dtype_name(t->dtype()));
+  return *t;
+}
+
+Tensor load_weight(const TensorLookup& get, const std::string& name, const Shape& shape,
+                   DType dtype) {
+  check_float_dtype(dtype, "load weight");
+  std::optional<Tensor> t = get(name);
+  check_weight(t, name, shape);
   if (is_fp8(t->dtype())) {
     const std::string sname = name + "_scale_inv";
     std::optional<Tensor> sc = get(sname);
@@ -178,9 +183,6 @@ Tensor load_weight(const TensorLookup& get, const std::string& name, const Shape
     check_host(*sc, "checkpoint: tensor '" + sname + "'");
     return dequantize_block_fp8(*t, *sc, dtype);
   }
-  if (!is_float_dtype(t->dtype()))
-    fail("checkpoint: tensor '{}' has dtype {}, expected a float or fp8 dtype", name,
-         dtype_name(t->dtype()));
   return t->to(dtype);
 }
 
@@ -188,7 +190,7 @@ AttentionWeights load_attention_weights(const AttentionConfig& c, const TensorLo
                                         const std::string& prefix, DType dtype) {
   check_float_dtype(dtype, "load attention weights");
   AttentionWeights w;
-  for (const Slot& s : weight_slots(c))
+  for (const Slot& s : attention_weight_slots(c))
     if (s.used) w.*s.member = load_weight(get, prefix + s.name + ".weight", s.shape, dtype);
   w.validate(c);
   return w;

@@ -39,9 +39,10 @@ void Engine::adopt(RequestId id, const std::vector<int32_t>& shared) {
   }
 }
 
-StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only) {
+StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only, bool greedy) {
   const ModelConfig& c = model_.config();
   if (reqs.empty()) fail("engine: empty batch (no requests)");
+  if (greedy && !last_only) fail("engine: greedy tokens come from the last rows (last_only)");
   Batch b{mode, {}};
   std::vector<int32_t> ids;
   int64_t pages_needed = 0;
@@ -64,17 +65,20 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, 
   BatchPlan plan = plan_batch(b, *pool_);
   ForwardOptions fo = opt_.forward;
   fo.method = method;
-  ModelOutput out = model_.forward(ids, plan, *pool_, fo);
+  std::vector<int32_t> rows;  // last_only: the last new token of each request
+  int64_t end = 0;
+  if (last_only)
+    for (const BatchRequest& r : b.requests) rows.push_back(int32_t((end += r.new_len) - 1));
+  ModelOutput out = model_.forward(ids, plan, *pool_, fo, last_only ? &rows : nullptr);
   for (const BatchRequest& r : b.requests) lengths_[r.id] = r.prefix_len + r.new_len;
   StepResult res;
   res.method = out.method;
-  if (last_only) {
-    std::vector<int32_t> rows;  // the last new token of each request
-    int64_t end = 0;
-    for (const BatchRequest& r : b.requests) rows.push_back(int32_t((end += r.new_len) - 1));
-    Tensor last = model_.ops().empty(DType::F32, {int64_t(rows.size()), c.vocab_size});  // [requests, vocab]
-    model_.ops().gather_rows(out.logits, rows, last);
-    out.logits = std::move(last);
+  if (greedy) {
+    Tensor ids_out = model_.ops().empty(DType::I32, {out.logits.dim(0)});  // [requests]
+    model_.ops().argmax_rows(out.logits, ids_out);
+    Tensor host = model_.ops().download(ids_out);
+    res.greedy.assign(host.ptr<int32_t>(), host.ptr<int32_t>() + host.numel());
+    return res;
   }
   Tensor host = model_.ops().download(out.logits);
   res.logits.assign(host.ptr<float>(), host.ptr<float>() + host.numel());

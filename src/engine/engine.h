@@ -27,6 +27,9 @@ struct StepResult {
   // [Σ new tokens, vocab_size], request after request; with last_only, [requests, vocab_size]:
   // the row of each request's last new token.
   std::vector<float> logits;
+  // With greedy: instead of logits, each request's greedy token (argmax of its last row, computed
+  // on the platform: only these ids leave it).
+  std::vector<int32_t> greedy;
   ForwardMethod method = ForwardMethod::MLA;
 };
 
@@ -41,7 +44,8 @@ class Engine {
   ForwardMethod method_for(const Batch& b) const { return model_.choose_method(b, opt_.forward); }
 
   // Runs one batch. Checks everything first (ids, modes, pool space); on Error nothing changed.
-  StepResult step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only = false);
+  StepResult step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only = false,
+                  bool greedy = false);
   // Tokens request `id` holds (0 if unknown).
   int64_t length(RequestId id) const;
   void release(RequestId id);  // frees every slot of the request

@@ -263,14 +263,23 @@ void Scheduler::finish_seq(Seq& s, FinishReason why) {
   ++q.finished;
 }
 
-void Scheduler::sample(Seq& s, const float* logits) {
+bool Scheduler::wants_greedy_only(const Request& q) {
+  const SamplingParams& p = q.r.params;
+  return (p.temperature == 0 || p.top_k == 1) && p.frequency_penalty == 0 && p.presence_penalty == 0 &&
+         p.top_logprobs < 0 && !q.hook;
+}
+
+void Scheduler::sample(Seq& s, const float* logits, int32_t greedy_token) {
   Request& q = *s.req;
   const SamplingParams& p = q.r.params;
-  if (q.hook) q.hook(s.index, logits, vocab_);
-  std::vector<float> row(logits, logits + vocab_);
-  apply_penalties(row, s.counts, p.frequency_penalty, p.presence_penalty);
-  const double u = p.temperature == 0 ? 0.0 : stream_uniform(q.seed, uint64_t(s.index), uint64_t(s.generated));
-  const int32_t tok = sample_token(row.data(), vocab_, p, u);
+  int32_t tok = greedy_token;
+  if (logits) {
+    if (q.hook) q.hook(s.index, logits, vocab_);
+    std::vector<float> row(logits, logits + vocab_);
+    apply_penalties(row, s.counts, p.frequency_penalty, p.presence_penalty);
+    const double u = p.temperature == 0 ? 0.0 : stream_uniform(q.seed, uint64_t(s.index), uint64_t(s.generated));
+    tok = sample_token(row.data(), vocab_, p, u);
+  }
   ChoiceUpdate& cu = q.pending[s.index];
   cu.index = s.index;
   s.tokens.push_back(tok);
@@ -353,9 +362,14 @@ void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
     for (const Item* it : g.items)
       reqs.push_back({it->seq->pool_id, std::vector<int32_t>(it->seq->tokens.begin() + it->begin,
                                                              it->seq->tokens.begin() + it->end)});
+    // When every sequence that samples now wants just the greedy token (no penalties, logprobs or
+    // hook), the platform picks it and only the ids come back, not [requests, vocab] logits.
+    bool greedy = true;
+    for (const Item* it : g.items)
+      if (it->end == int64_t(it->seq->tokens.size()) && !wants_greedy_only(*it->seq->req)) greedy = false;
     StepResult r;
     try {
-      r = engine_.step(mode, reqs, /*last_only=*/true);
+      r = engine_.step(mode, reqs, /*last_only=*/true, greedy);
     } catch (const std::exception& e) {
       // The batch failed (the engine changed nothing): its requests fail, with the error.
       for (const Item* it : g.items) {
@@ -381,7 +395,10 @@ void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
         if (pending) fork_choices(s);
       }
       if (mode == ForwardMode::EXTEND) cache_progress(s);
-      if (s.computed == int64_t(s.tokens.size())) sample(s, r.logits.data() + i * size_t(vocab_));
+      if (s.computed == int64_t(s.tokens.size())) {
+        if (greedy) sample(s, nullptr, r.greedy[i]);
+        else sample(s, r.logits.data() + i * size_t(vocab_));
+      }
     }
   }
 }

@@ -129,7 +129,9 @@ class Scheduler {
   int64_t pages_to_hold(const Seq& s, int64_t tokens) const;  // more pages s needs to hold `tokens`
   int64_t chunk_end(const Seq& s) const;
   void run_items(ForwardMode mode, std::vector<Item>& items);
-  void sample(Seq& s, const float* logits);
+  static bool wants_greedy_only(const Request& q);  // greedy, no penalties, no logprobs, no hook
+  // The next token of `s` from its logits row, or (logits null) the greedy token the platform chose.
+  void sample(Seq& s, const float* logits, int32_t greedy_token = -1);
   void finish_seq(Seq& s, FinishReason why);
   void retract(Seq& s);
   void let_go(Seq& s);  // cache insert, unlock, pool release

@@ -7,9 +7,11 @@
 
 namespace mla {
 
+AttentionLayer::AttentionLayer(const AttentionConfig& cfg, Ops& ops)
+    : cfg_(cfg), ops_(ops), rope_((cfg.validate(), rope_frequencies(cfg))) {}
+
 AttentionLayer::AttentionLayer(const AttentionConfig& cfg, const AttentionWeights& weights, Ops& ops)
-    : cfg_(cfg), ops_(ops), rope_(rope_frequencies(cfg)) {
-  cfg.validate();
+    : AttentionLayer(cfg, ops) {
   weights.validate(cfg);
   const DType act = ops.act_dtype();
   auto up = [&](const Tensor& t) { return t.defined() ? ops.upload(t.to(act)) : Tensor(); };
@@ -25,6 +27,34 @@ AttentionLayer::AttentionLayer(const AttentionConfig& cfg, const AttentionWeight
   w_.w_kc = up(a.w_kc);
   w_.w_vc = up(a.w_vc);
   w_.packed_absorbed = ops.pack_absorbed(a);
+}
+
+std::unique_ptr<AttentionLayer> AttentionLayer::on_platform(const AttentionConfig& cfg,
+                                                            const AttentionWeights& weights, Ops& ops) {
+  std::unique_ptr<AttentionLayer> l(new AttentionLayer(cfg, ops));
+  weights.validate(cfg);
+  const DType act = ops.act_dtype();
+  for (const AttentionWeightSlot& s : attention_weight_slots(cfg)) {
+    const Tensor& t = weights.*s.member;
+    if (t.defined() && (t.platform() != ops.platform() || t.dtype() != act))
+      fail("attention weights: {} is {} on {}, expected {} on {}", s.name, dtype_name(t.dtype()),
+           platform_name(t.platform()), dtype_name(act), platform_name(ops.platform()));
+  }
+  DeviceAttentionWeights& w = l->w_;
+  w.q_a_proj = weights.q_a_proj, w.q_a_layernorm = weights.q_a_layernorm, w.q_b_proj = weights.q_b_proj;
+  w.q_proj = weights.q_proj, w.kv_a_proj_with_mqa = weights.kv_a_proj_with_mqa;
+  w.kv_a_layernorm = weights.kv_a_layernorm, w.kv_b_proj = weights.kv_b_proj, w.o_proj = weights.o_proj;
+  // kv_b_proj [H·(dn+dv), L] is [H, (dn+dv)·L] row-major: w_kc takes each head's first dn·L values.
+  const int64_t H = cfg.num_attention_heads, dn = cfg.qk_nope_head_dim, dv = cfg.v_head_dim, L = cfg.kv_lora_rank;
+  const Tensor per_head = w.kv_b_proj.reshaped({H, (dn + dv) * L});
+  w.w_kc = ops.empty(act, {H, dn, L});
+  w.w_vc = ops.empty(act, {H, dv, L});
+  Tensor kc = w.w_kc.reshaped({H, dn * L}), vc = w.w_vc.reshaped({H, dv * L});
+  ops.take_cols(per_head, 0, kc);
+  ops.take_cols(per_head, dn * L, vc);
+  if (ops.packs_absorbed())
+    w.packed_absorbed = ops.pack_absorbed({ops.download(w.w_kc), ops.download(w.w_vc)});
+  return l;
 }
 
 AttentionOutput AttentionLayer::forward(const Tensor& x, const BatchPlan& plan, KVPool& pool,

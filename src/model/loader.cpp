@@ -1,31 +1,179 @@
-// Loading a model from an HF checkpoint folder.
+// Loading a model: from an HF checkpoint folder (memory-mapped, converted on many threads, uploaded
+// through page-locked staging buffers) or with random weights generated on the platform.
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <set>
+#include <thread>
 
 #include "mla/error.h"
 #include "mla/model.h"
 #include "mla/safetensors.h"
 
 namespace mla {
+namespace {
 
-LoadedModel load_model(const std::string& dir, Ops& ops) {
+using Clock = std::chrono::steady_clock;
+
+// Counts what has been filled and reports it.
+class Progress {
+ public:
+  explicit Progress(const LoadOptions& opt) : fn_(opt.progress) {}
+  void begin(int64_t tensors, int64_t bytes) {
+    p_ = {0, tensors, 0, bytes, 0};
+    t0_ = Clock::now();
+  }
+  void done(const Tensor& t) {
+    ++p_.tensors;
+    p_.bytes += int64_t(t.nbytes());
+    p_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+    if (fn_) fn_(p_);
+  }
+
+ private:
+  std::function<void(const LoadProgress&)> fn_;
+  LoadProgress p_;
+  Clock::time_point t0_;
+};
+
+int thread_count(const LoadOptions& opt) {
+  return opt.threads > 0 ? opt.threads : std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+// dst[0, n) = src[0, n) converted, split over up to `threads` threads (at least 1M elements each).
+void convert_parallel(const void* src, DType from, void* dst, DType to, size_t n, int threads) {
+  const size_t parts = std::clamp<size_t>(n / (size_t(1) << 20), 1, size_t(threads));
+  if (parts == 1) return convert_elements(src, from, dst, to, n);
+  std::vector<std::thread> pool;
+  for (size_t k = 0; k < parts; ++k) {
+    const size_t b = n * k / parts, e = n * (k + 1) / parts;
+    pool.emplace_back([=] {
+      convert_elements(static_cast<const char*>(src) + b * dtype_size(from), from,
+                       static_cast<char*>(dst) + b * dtype_size(to), to, e - b);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+}
+
+// Tensors of a checkpoint: each goes from the mapping to the platform dtype in 64 MB pieces, each
+// piece converted into one of three page-locked buffers while the previous pieces are copied.
+class CheckpointSource final : public WeightSource {
+ public:
+  CheckpointSource(const Checkpoint& ck, Ops& ops, const LoadOptions& opt)
+      : ck_(ck), ops_(ops), progress_(opt), threads_(thread_count(opt)), piece_bytes_(opt.staging_bytes) {
+    if (piece_bytes_ < 64) fail("load: staging buffers of {} bytes are too small (64 at least)", piece_bytes_);
+  }
+
+  bool has(const std::string& name) const override { return ck_.has(name); }
+  void begin(int64_t tensors, int64_t bytes) override { progress_.begin(tensors, bytes); }
+  void fill(const std::string& name, Tensor& dst) override {
+    const std::optional<Tensor> t = ck_.has(name) ? std::optional<Tensor>(ck_.view(name)) : std::nullopt;
+    const Tensor& w = check_weight(t, name, dst.shape());
+    used_.insert(name);
+    if (is_fp8(w.dtype())) {
+      used_.insert(name + "_scale_inv");
+      TensorLookup get = [&](const std::string& n) { return ck_.find(n); };
+      put(load_weight(get, name, dst.shape(), DType::F32), dst);  // block-dequantized on the host
+    } else {
+      put(w, dst);
+    }
+    progress_.done(dst);
+  }
+  void end() override { ops_.synchronize(); }
+
+  std::vector<std::string> unused() const {
+    std::vector<std::string> out;
+    for (const std::string& n : ck_.names())
+      if (!used_.count(n)) out.push_back(n);
+    return out;
+  }
+
+ private:
+  static constexpr int kBuffers = 3;
+
+  void put(const Tensor& src, Tensor& dst) {
+    const size_t n = size_t(dst.numel()), es = dtype_size(dst.dtype()), ses = dtype_size(src.dtype());
+    if (staging_.empty())
+      for (int i = 0; i < kBuffers; ++i) staging_.push_back(ops_.alloc_staging(piece_bytes_));
+    const size_t piece = piece_bytes_ / es;
+    for (size_t i = 0; i < n; i += piece) {
+      const size_t m = std::min(piece, n - i);
+      const int slot = int(next_++ % kBuffers);
+      ops_.wait_upload(slot);  // the buffer's previous copy has landed
+      convert_parallel(static_cast<const char*>(src.data()) + i * ses, src.dtype(), staging_[size_t(slot)].get(),
+                       dst.dtype(), m, threads_);
+      ops_.upload_async(staging_[size_t(slot)].get(), dst, i * es, m * es, slot);
+    }
+  }
+
+  const Checkpoint& ck_;
+  Ops& ops_;
+  Progress progress_;
+  int threads_;
+  size_t piece_bytes_;
+  std::set<std::string> used_;
+  std::vector<std::shared_ptr<void>> staging_;
+  uint64_t next_ = 0;
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Weights as transformers initializes DeepSeek models: projections and embeddings with std
+// initializer_range, RMSNorm weights 1, the router's correction bias 0; made on the platform.
+class RandomSource final : public WeightSource {
+ public:
+  RandomSource(Ops& ops, uint64_t seed, double std, const LoadOptions& opt)
+      : ops_(ops), seed_(seed), std_(std), progress_(opt) {}
+  bool has(const std::string&) const override { return true; }
+  void begin(int64_t tensors, int64_t bytes) override { progress_.begin(tensors, bytes); }
+  void fill(const std::string& name, Tensor& dst) override {
+    if (ends_with(name, "layernorm.weight") || name == "model.norm.weight") ops_.fill(dst, 1.0);
+    else if (ends_with(name, "e_score_correction_bias")) ops_.fill(dst, 0.0);
+    else ops_.fill_random(dst, seed_ ^ fnv1a(name), std_);
+    progress_.done(dst);
+  }
+  void end() override { ops_.synchronize(); }
+
+ private:
+  Ops& ops_;
+  uint64_t seed_;
+  double std_;
+  Progress progress_;
+};
+
+}  // namespace
+
+LoadedModel load_model(const std::string& dir, Ops& ops, const LoadOptions& opt) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) fail("model folder '{}' does not exist", dir);
   LoadedModel m;
   m.config = load_model_config(dir);
-  Checkpoint ck = Checkpoint::open(dir);
-  TensorLookup get = [&](const std::string& name) -> std::optional<Tensor> {
-    if (!ck.has(name)) return std::nullopt;
-    return ck.view(name);
-  };
-  ModelWeights w = load_model_weights(m.config, get, ck.names(), DType::F32, &m.unused);
-  for (const std::string& n : ck.names())
-    if (std::find(m.unused.begin(), m.unused.end(), n) == m.unused.end() &&
-        n.find("_scale_inv") == std::string::npos) {
-      int64_t k = 1;
-      for (int64_t d : ck.info(n).shape) k *= d;
-      m.parameters += k;
-    }
-  m.model = std::make_unique<Model>(m.config, w, ops);
+  const Checkpoint ck = Checkpoint::open(dir);
+  CheckpointSource src(ck, ops, opt);
+  const auto t0 = Clock::now();
+  m.model = std::make_unique<Model>(m.config, src, ops);
+  m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  m.unused = src.unused();
+  m.parameters = m.model->parameters();
+  return m;
+}
+
+LoadedModel random_model(const ModelConfig& c, Ops& ops, uint64_t seed, const LoadOptions& opt) {
+  LoadedModel m;
+  m.config = c;
+  RandomSource src(ops, seed, c.initializer_range, opt);
+  const auto t0 = Clock::now();
+  m.model = std::make_unique<Model>(c, src, ops);
+  m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  m.parameters = m.model->parameters();
   return m;
 }
 

@@ -1,7 +1,9 @@
 // The DeepSeek decoder, written once against Ops: embedding, layers (attention + dense MLP or
-// MoE), final norm, lm_head. Routing runs on the host from the f32 router logits.
+// MoE), final norm, lm_head. MoE layers route and run their experts on the platform (Ops::moe_route,
+// Ops::moe_experts) from the f32 router logits, with the routed experts stacked per projection.
 #include "mla/model.h"
 
+#include <cstring>
 #include <set>
 
 #include "mla/error.h"
@@ -12,88 +14,78 @@ namespace {
 
 std::string layer_prefix(int64_t i) { return fmt::format("model.layers.{}.", i); }
 
-MlpWeights load_mlp(const TensorLookup& get, const std::string& p, int64_t hidden, int64_t width,
-                    DType dtype) {
-  return {load_weight(get, p + "gate_proj.weight", {width, hidden}, dtype),
-          load_weight(get, p + "up_proj.weight", {width, hidden}, dtype),
-          load_weight(get, p + "down_proj.weight", {hidden, width}, dtype)};
-}
-
 }  // namespace
 
-ModelWeights load_model_weights(const ModelConfig& c, const TensorLookup& get,
-                                const std::vector<std::string>& names, DType dtype,
-                                std::vector<std::string>* unused) {
-  c.validate();
-  std::set<std::string> used;
-  TensorLookup track = [&](const std::string& name) {
-    used.insert(name);
-    used.insert(name + "_scale_inv");
-    return get(name);
-  };
-  const int64_t H = c.hidden_size(), V = c.vocab_size;
-  ModelWeights w;
-  w.embed_tokens = load_weight(track, "model.embed_tokens.weight", {V, H}, dtype);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = layer_prefix(i);
-    DecoderLayerWeights l;
-    l.input_layernorm = load_weight(track, p + "input_layernorm.weight", {H}, dtype);
-    l.post_attention_layernorm = load_weight(track, p + "post_attention_layernorm.weight", {H}, dtype);
-    l.self_attn = load_attention_weights(c.attn, track, p + "self_attn.", dtype);
-    if (c.is_moe_layer(i)) {
-      MoeWeights m;
-      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
-      m.gate = load_weight(track, p + "mlp.gate.weight", {E, H}, DType::F32);
-      if (c.model_type() == "deepseek_v3")
-        m.e_score_correction_bias = load_weight(track, p + "mlp.gate.e_score_correction_bias", {E}, DType::F32);
-      for (int64_t e = 0; e < E; ++e)
-        m.experts.push_back(load_mlp(track, fmt::format("{}mlp.experts.{}.", p, e), H, I, dtype));
-      if (c.n_shared_experts > 0) m.shared = load_mlp(track, p + "mlp.shared_experts.", H, I * c.n_shared_experts, dtype);
-      l.moe = std::move(m);
-    } else {
-      l.mlp = load_mlp(track, p + "mlp.", H, c.intermediate_size, dtype);
-    }
-    w.layers.push_back(std::move(l));
-  }
-  w.norm = load_weight(track, "model.norm.weight", {H}, dtype);
-  const bool has_head = std::find(names.begin(), names.end(), "lm_head.weight") != names.end();
-  if (c.tie_word_embeddings && !has_head) w.lm_head = w.embed_tokens;
-  else w.lm_head = load_weight(track, "lm_head.weight", {V, H}, dtype);
-  if (unused)
-    for (const std::string& n : names)
-      if (!used.count(n)) unused->push_back(n);
-  return w;
+MoeRouting moe_routing(const ModelConfig& c) {
+  MoeRouting r;
+  r.n_routed_experts = c.n_routed_experts;
+  r.num_experts_per_tok = c.num_experts_per_tok;
+  r.n_group = c.n_group;
+  r.topk_group = c.topk_group;
+  r.scoring_func = c.scoring_func;
+  r.topk_method = c.topk_method;
+  r.norm_topk_prob = c.norm_topk_prob;
+  r.routed_scaling_factor = c.routed_scaling_factor;
+  return r;
 }
 
-Model::Model(const ModelConfig& c, const ModelWeights& w, Ops& ops) : cfg_(c), ops_(ops) {
+Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops) : cfg_(c), ops_(ops) {
   c.validate();
-  if (int64_t(w.layers.size()) != c.num_hidden_layers)
-    fail("model weights have {} layers, the config {}", w.layers.size(), c.num_hidden_layers);
+  if (c.n_routed_experts > 0) routing_ = moe_routing(c);
   const DType act = ops.act_dtype();
-  auto up = [&](const Tensor& t) { return ops.upload(t.to(act)); };
-  embed_ = up(w.embed_tokens);
-  norm_ = up(w.norm);
-  lm_head_ = up(w.lm_head);
-  for (const DecoderLayerWeights& lw : w.layers) {
+  const int64_t H = c.hidden_size(), V = c.vocab_size;
+  struct Job {
+    std::string name;
+    Tensor dst;
+  };
+  std::vector<Job> jobs;  // every weight, allocated first (the platform runs out before any read)
+  auto want = [&](const std::string& name, Shape shape, DType dtype) {
+    Tensor t = ops.empty(dtype, std::move(shape));
+    jobs.push_back({name, t});
+    return t;
+  };
+  auto want_mlp = [&](const std::string& p, int64_t width) -> Mlp {
+    return {want(p + "gate_proj.weight", {width, H}, act), want(p + "up_proj.weight", {width, H}, act),
+            want(p + "down_proj.weight", {H, width}, act)};
+  };
+  std::vector<AttentionWeights> attn(size_t(c.num_hidden_layers));
+  embed_ = want("model.embed_tokens.weight", {V, H}, act);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = layer_prefix(i);
     Layer l;
-    l.input_layernorm = up(lw.input_layernorm);
-    l.post_attention_layernorm = up(lw.post_attention_layernorm);
-    l.attn = std::make_unique<AttentionLayer>(c.attn, lw.self_attn, ops);
-    if (lw.mlp) l.mlp = upload(*lw.mlp);
-    if (lw.moe) {
-      l.router = ops.upload(lw.moe->gate.to(DType::F32));
-      if (lw.moe->e_score_correction_bias.defined())
-        for (double v : lw.moe->e_score_correction_bias.to_doubles()) l.bias.push_back(float(v));
-      for (const MlpWeights& e : lw.moe->experts) l.experts.push_back(upload(e));
-      if (lw.moe->shared.gate_proj.defined()) l.shared = upload(lw.moe->shared);
+    l.input_layernorm = want(p + "input_layernorm.weight", {H}, act);
+    for (const AttentionWeightSlot& s : attention_weight_slots(c.attn))
+      if (s.used) attn[size_t(i)].*s.member = want(fmt::format("{}self_attn.{}.weight", p, s.name), s.shape, act);
+    l.post_attention_layernorm = want(p + "post_attention_layernorm.weight", {H}, act);
+    if (c.is_moe_layer(i)) {
+      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
+      l.router = want(p + "mlp.gate.weight", {E, H}, DType::F32);
+      if (c.model_type() == "deepseek_v3") l.bias = want(p + "mlp.gate.e_score_correction_bias", {E}, DType::F32);
+      l.experts = {ops.empty(act, {E, I, H}), ops.empty(act, {E, I, H}), ops.empty(act, {E, H, I})};
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
+        jobs.push_back({ep + "gate_proj.weight", l.experts.gate_proj.rows(e, e + 1).reshaped({I, H})});
+        jobs.push_back({ep + "up_proj.weight", l.experts.up_proj.rows(e, e + 1).reshaped({I, H})});
+        jobs.push_back({ep + "down_proj.weight", l.experts.down_proj.rows(e, e + 1).reshaped({H, I})});
+      }
+      if (c.n_shared_experts > 0) l.shared = want_mlp(p + "mlp.shared_experts.", I * c.n_shared_experts);
+    } else {
+      l.mlp = want_mlp(p + "mlp.", c.intermediate_size);
     }
     layers_.push_back(std::move(l));
   }
-}
-
-Model::Mlp Model::upload(const MlpWeights& m) {
-  const DType act = ops_.act_dtype();
-  return {ops_.upload(m.gate_proj.to(act)), ops_.upload(m.up_proj.to(act)), ops_.upload(m.down_proj.to(act))};
+  norm_ = want("model.norm.weight", {H}, act);
+  if (c.tie_word_embeddings && !src.has("lm_head.weight")) lm_head_ = embed_;
+  else lm_head_ = want("lm_head.weight", {V, H}, act);
+  int64_t bytes = 0;
+  for (const Job& j : jobs) bytes += int64_t(j.dst.nbytes()), parameters_ += j.dst.numel();
+  src.begin(int64_t(jobs.size()), bytes);
+  for (Job& j : jobs) src.fill(j.name, j.dst);
+  src.end();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    l.attn = AttentionLayer::on_platform(c.attn, attn[i], ops);
+  }
 }
 
 Tensor Model::mlp(const Mlp& m, const Tensor& x) {
@@ -109,24 +101,13 @@ Tensor Model::mlp(const Mlp& m, const Tensor& x) {
 }
 
 Tensor Model::moe(const Layer& l, const Tensor& x) {
-  const int64_t T = x.dim(0), E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
+  const int64_t T = x.dim(0), E = routing_.n_routed_experts, K = routing_.num_experts_per_tok;
   Tensor logits = ops_.empty(DType::F32, {T, E});  // [T, E], f32 as HF computes the router
   ops_.linear(x, l.router, logits);
-  std::vector<float> host;
-  for (double v : ops_.download(logits).to_doubles()) host.push_back(float(v));
-  Routing r = route_tokens(cfg_, host, l.bias, T);
+  Tensor expert = ops_.empty(DType::I32, {T, K}), weight = ops_.empty(DType::F32, {T, K});  // [T, K]
+  ops_.moe_route(logits, l.bias, routing_, expert, weight);
   Tensor out = ops_.empty(ops_.act_dtype(), {T, cfg_.hidden_size()});  // [T, hidden]
-  ops_.fill(out, 0.0);
-  for (int64_t e = 0; e < E; ++e) {
-    std::vector<int32_t> rows;
-    std::vector<float> weights;
-    for (int64_t i = 0; i < T * K; ++i)
-      if (r.expert[size_t(i)] == e) rows.push_back(int32_t(i / K)), weights.push_back(r.weight[size_t(i)]);
-    if (rows.empty()) continue;
-    Tensor xe = ops_.empty(ops_.act_dtype(), {int64_t(rows.size()), cfg_.hidden_size()});  // [n_e, hidden]
-    ops_.gather_rows(x, rows, xe);
-    ops_.scatter_add_rows(mlp(l.experts[size_t(e)], xe), rows, weights, out);
-  }
+  ops_.moe_experts(x, expert, weight, l.experts.gate_proj, l.experts.up_proj, l.experts.down_proj, out);
   if (l.shared) ops_.add(out, mlp(*l.shared, x));
   return out;
 }
@@ -145,33 +126,44 @@ ForwardMethod Model::choose_method(const Batch& b, const ForwardOptions& opt) co
 }
 
 ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& plan, KVPool& pool,
-                           const ForwardOptions& opt) {
+                           const ForwardOptions& opt, const std::vector<int32_t>* logit_rows) {
   const int64_t T = plan.num_tokens, Hd = cfg_.hidden_size();
   if (int64_t(ids.size()) != T) fail("model: {} ids for a batch of {} tokens", ids.size(), T);
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
       fail("token id {} (position {} of the batch) is outside the vocabulary [0, {})", ids[i], i, cfg_.vocab_size);
+  if (logit_rows)
+    for (int32_t r : *logit_rows)
+      if (r < 0 || r >= T) fail("model: logit row {} is outside the batch of {} tokens", r, T);
   if (pool.config().num_layers != cfg_.num_hidden_layers)
     fail("KV pool has {} layers, the model {}", pool.config().num_layers, cfg_.num_hidden_layers);
   ModelOutput out;
   out.method = choose_method(plan.batch, opt);
-  const StepScope step(ops_, plan, pool, &ids);  // the plan and ids go to the device once
+  const StepScope step(ops_, plan, pool, {&ids, logit_rows});  // the plan goes to the device once
   const DType act = ops_.act_dtype();
   Tensor h = ops_.empty(act, {T, Hd});  // [T, hidden] the residual stream
   ops_.gather_rows(embed_, ids, h);
-  Tensor x = ops_.empty(act, {T, Hd});
+  Tensor x = ops_.empty(act, {T, Hd});  // [T, hidden] the normalized input of a sublayer
+  Tensor pending;  // the last sublayer's output, added to h with the next norm
+  auto add_norm = [&](const Tensor& w) {
+    if (pending.defined()) ops_.add_rmsnorm(h, pending, x, w, cfg_.attn.rms_norm_eps);
+    else ops_.copy(h, x), ops_.rmsnorm(x, Hd, w, cfg_.attn.rms_norm_eps);
+  };
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    ops_.copy(h, x);
-    ops_.rmsnorm(x, Hd, l.input_layernorm, cfg_.attn.rms_norm_eps);
-    AttentionOutput a = l.attn->forward(x, plan, pool, int64_t(i), out.method, opt.dispatch);
-    ops_.add(h, a.out);
-    ops_.copy(h, x);
-    ops_.rmsnorm(x, Hd, l.post_attention_layernorm, cfg_.attn.rms_norm_eps);
-    ops_.add(h, l.mlp ? mlp(*l.mlp, x) : moe(l, x));
+    add_norm(l.input_layernorm);
+    pending = l.attn->forward(x, plan, pool, int64_t(i), out.method, opt.dispatch).out;
+    add_norm(l.post_attention_layernorm);
+    pending = l.mlp ? mlp(*l.mlp, x) : moe(l, x);
+  }
+  if (pending.defined()) ops_.add(h, pending);
+  if (logit_rows) {  // the final norm and lm_head act row by row: only the rows asked for
+    Tensor picked = ops_.empty(act, {int64_t(logit_rows->size()), Hd});  // [rows, hidden]
+    ops_.gather_rows(h, *logit_rows, picked);
+    h = picked;
   }
   ops_.rmsnorm(h, Hd, norm_, cfg_.attn.rms_norm_eps);
-  out.logits = ops_.empty(DType::F32, {T, cfg_.vocab_size});  // [T, vocab]
+  out.logits = ops_.empty(DType::F32, {h.dim(0), cfg_.vocab_size});  // [rows, vocab]
   ops_.linear(h, lm_head_, out.logits);
   return out;
 }

@@ -100,6 +100,8 @@ ModelConfig parse_model_config_text(std::string_view text, const std::string& sr
   m.routed_scaling_factor = f.number("routed_scaling_factor", v3 ? 2.5 : 1.0);
   m.norm_topk_prob = f.boolean("norm_topk_prob", v3);
   m.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  m.initializer_range = f.number("initializer_range", 0.02);
+  if (!(m.initializer_range > 0)) f.bad("initializer_range", "a positive number", *f.find("initializer_range"));
   // As transformers: V3 always scores with a sigmoid and picks by noaux_tc; V2 always scores with
   // a softmax (scoring_func is ignored) and reads topk_method.
   m.scoring_func = v3 ? "sigmoid" : "softmax";

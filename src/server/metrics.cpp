@@ -28,7 +28,7 @@ void histogram(std::string& s, const char* name, const char* help, const engine:
 
 }  // namespace
 
-std::string render_metrics(const engine::MetricsSnapshot& m) {
+std::string render_metrics(const engine::MetricsSnapshot& m, int64_t client_disconnects) {
   std::string s;
   scalar(s, "mla:num_requests_running", "gauge", "Requests in the running batch.", double(m.requests_running));
   scalar(s, "mla:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", double(m.requests_waiting));
@@ -46,6 +46,8 @@ std::string render_metrics(const engine::MetricsSnapshot& m) {
             m.time_to_first_token);
   histogram(s, "mla:inter_token_latency_seconds", "Time between consecutive tokens of a request, in seconds.",
             m.inter_token_latency);
+  scalar(s, "mla:client_disconnects_total", "counter", "Requests aborted because their client went away.",
+         double(client_disconnects));
   return s;
 }
 

@@ -84,6 +84,8 @@ ReasoningParser::Out ReasoningParser::finish() {
 
 namespace {
 
+bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
 std::string trim(std::string_view s) {
   const size_t b = s.find_first_not_of(" \t\r\n");
   if (b == std::string_view::npos) return "";
@@ -96,38 +98,116 @@ std::string tool_call_id() {
   return fmt::format("call_{:016x}{:08x}", rng(), uint32_t(rng()));
 }
 
-// One call's text between <｜tool▁call▁begin｜> and <｜tool▁call▁end｜>.
-ToolCall parse_call(std::string_view body) {
-  ToolCall c;
-  c.id = tool_call_id();
-  const size_t sep = body.find(ToolCallParser::kSep);
-  if (sep == std::string_view::npos) {  // no separator: a name alone
-    c.name = trim(body);
-    c.arguments = "{}";
-    return c;
+constexpr std::string_view kFence = "```";
+
+// How much of arguments `a` (leading blank space skipped) is certain whatever follows: the end may
+// still be trimmed of blank space and, inside a fence, of the closing ``` with the blank space before it.
+size_t args_certain(std::string_view a, bool fenced) {
+  size_t e = a.size();
+  while (e > 0 && blank(a[e - 1])) --e;
+  if (fenced) {
+    size_t ticks = 0;
+    while (e > 0 && ticks < kFence.size() && a[e - 1] == '`') --e, ++ticks;
+    if (ticks > 0)
+      while (e > 0 && blank(a[e - 1])) --e;
   }
-  const std::string head = trim(body.substr(0, sep));
-  std::string_view rest = body.substr(sep + ToolCallParser::kSep.size());
-  const size_t nl = rest.find('\n');
-  if (head == "function" && nl != std::string_view::npos) {  // V3: function<sep>NAME\n```json\nARGS\n```
-    c.name = trim(rest.substr(0, nl));
-    std::string args = trim(rest.substr(nl + 1));
-    if (args.rfind("```", 0) == 0) {
-      const size_t line = args.find('\n');
-      args = line == std::string::npos ? "" : args.substr(line + 1);
-      if (args.size() >= 3 && args.compare(args.size() - 3, 3, "```") == 0) args.resize(args.size() - 3);
-      args = trim(args);
-    }
-    c.arguments = args;
-  } else {  // V3.1: NAME<sep>ARGS
-    c.name = head;
-    c.arguments = trim(rest);
+  return e;
+}
+
+// The arguments of a call that has ended: trimmed, without the closing fence.
+std::string args_whole(std::string_view a, bool fenced) {
+  std::string s = trim(a);
+  if (fenced && s.size() >= kFence.size() && s.compare(s.size() - kFence.size(), kFence.size(), kFence) == 0) {
+    s.resize(s.size() - kFence.size());
+    s = trim(s);
   }
-  if (c.arguments.empty()) c.arguments = "{}";
-  return c;
+  return s;
 }
 
 }  // namespace
+
+void accumulate_tool_calls(std::vector<ToolCall>& calls, const std::vector<ToolCallDelta>& deltas) {
+  for (const ToolCallDelta& d : deltas) {
+    if (d.first) {
+      if (calls.size() <= size_t(d.index)) calls.resize(size_t(d.index) + 1);
+      calls[size_t(d.index)].id = d.id;
+      calls[size_t(d.index)].name = d.name;
+    }
+    calls.at(size_t(d.index)).arguments += d.arguments;
+  }
+}
+
+// The call in buf_[0, n) (the text after <｜tool▁call▁begin｜>): its first delta once the name is
+// known, then what is certain of its arguments. `ended`: buf_[n] is <｜tool▁call▁end｜> (or the text
+// stopped there).
+void ToolCallParser::call(Out& out, bool ended, size_t n) {
+  const std::string_view region = std::string_view(buf_).substr(0, n);
+  if (!named_) {
+    std::string name;
+    const size_t sep = region.find(kSep);
+    if (sep == std::string_view::npos) {  // no separator: a name alone, once the call ends
+      if (!ended) return;
+      name = trim(region);
+      args_at_ = n;
+    } else {
+      const std::string head = trim(region.substr(0, sep));
+      const size_t rest = sep + kSep.size();
+      const size_t nl = head == "function" ? region.find('\n', rest) : std::string_view::npos;
+      if (nl != std::string_view::npos) {  // V3: function<sep>NAME\n```json\nARGS\n```
+        v3_ = true;
+        name = trim(region.substr(rest, nl - rest));
+        args_at_ = nl + 1;
+      } else if (head == "function" && !ended) {
+        return;  // V3's name line may still be arriving
+      } else {  // V3.1: NAME<sep>ARGS
+        name = head;
+        args_at_ = rest;
+      }
+    }
+    named_ = true;
+    ToolCallDelta d;
+    d.index = calls_++;
+    d.first = true;
+    d.id = tool_call_id();
+    d.name = std::move(name);
+    out.calls.push_back(std::move(d));
+    raw_block_.clear();
+    block_has_calls_ = true;
+  }
+  while (args_at_ < n && blank(buf_[args_at_])) ++args_at_;
+  if (v3_ && !fence_known_) {  // never stream the fence: wait until it is known present or absent
+    const std::string_view a = region.substr(args_at_);
+    if (!ended && a.size() < kFence.size() && kFence.substr(0, a.size()) == a) return;
+    if (a.substr(0, kFence.size()) == kFence) {  // drop the fence's line ("```json")
+      const size_t nl = region.find('\n', args_at_);
+      if (nl == std::string_view::npos && !ended) return;
+      args_at_ = nl == std::string_view::npos ? n : nl + 1;
+      fenced_ = true;
+      while (args_at_ < n && blank(buf_[args_at_])) ++args_at_;
+    }
+    fence_known_ = true;
+  }
+  const std::string_view a = region.substr(std::min(args_at_, n));
+  std::string piece;
+  if (ended) {
+    std::string whole = args_whole(a, fenced_);
+    if (whole.empty()) whole = "{}";
+    if (whole.size() > args_sent_) piece = whole.substr(args_sent_);
+  } else {
+    const size_t certain = args_certain(a, fenced_);
+    if (certain > args_sent_) piece = std::string(a.substr(args_sent_, certain - args_sent_));
+  }
+  args_sent_ += piece.size();
+  if (piece.empty()) return;
+  if (!out.calls.empty() && out.calls.back().index == calls_ - 1) {
+    out.calls.back().arguments += piece;
+  } else {
+    ToolCallDelta d;
+    d.index = calls_ - 1;
+    d.arguments = std::move(piece);
+    out.calls.push_back(std::move(d));
+  }
+}
 
 ToolCallParser::Out ToolCallParser::feed(std::string_view text) {
   Out out;
@@ -147,7 +227,24 @@ ToolCallParser::Out ToolCallParser::feed(std::string_view text) {
       }
       out.content += buf_.substr(0, at);
       raw_block_ = buf_.substr(at, skip);
+      block_has_calls_ = false;
       buf_.erase(0, at + skip);
+      state_ = State::CALLS;
+      continue;
+    }
+    if (state_ == State::CALL) {
+      // Only the new text can complete <｜tool▁call▁end｜>: the search starts where the last one stopped.
+      const size_t from = scanned_ >= kCallEnd.size() ? scanned_ - kCallEnd.size() + 1 : 0;
+      const size_t end = buf_.find(kCallEnd, from);
+      if (end == std::string::npos) {
+        scanned_ = buf_.size();
+        call(out, false, buf_.size() - partial_marker_suffix(buf_, kCallEnd));
+        return out;
+      }
+      call(out, true, end);
+      buf_.erase(0, end + kCallEnd.size());
+      named_ = fence_known_ = fenced_ = v3_ = false;
+      args_at_ = args_sent_ = scanned_ = 0;
       state_ = State::CALLS;
       continue;
     }
@@ -165,13 +262,9 @@ ToolCallParser::Out ToolCallParser::feed(std::string_view text) {
       continue;
     }
     if (buf_.rfind(kCallBegin, 0) == 0) {
-      const size_t end = buf_.find(kCallEnd);
-      if (end == std::string::npos) return out;  // the call is still arriving
-      ToolCall c = parse_call(std::string_view(buf_).substr(kCallBegin.size(), end - kCallBegin.size()));
-      out.calls.push_back(std::move(c));
-      ++emitted_;
-      raw_block_ += buf_.substr(0, end + kCallEnd.size());
-      buf_.erase(0, end + kCallEnd.size());
+      raw_block_ += kCallBegin;
+      buf_.erase(0, kCallBegin.size());
+      state_ = State::CALL;
       continue;
     }
     auto arriving = [&](std::string_view m) { return buf_.size() < m.size() && m.substr(0, buf_.size()) == buf_; };
@@ -184,10 +277,19 @@ ToolCallParser::Out ToolCallParser::feed(std::string_view text) {
 
 ToolCallParser::Out ToolCallParser::finish() {
   Out out;
-  if (state_ == State::CALLS) out.content = raw_block_ + buf_;
-  else out.content = buf_;
+  if (state_ == State::CALL && named_) {
+    call(out, true, buf_.size() - partial_marker_suffix(buf_, kCallEnd));  // the arguments as far as they got
+  } else if (state_ == State::CALLS && block_has_calls_) {
+    out.content = buf_;  // an unclosed block: only a marker's start can be left
+  } else if (state_ != State::TEXT) {
+    out.content = raw_block_ + buf_;  // no call started in the block: the text as written
+  } else {
+    out.content = buf_;
+  }
   buf_.clear();
   raw_block_.clear();
+  named_ = fence_known_ = fenced_ = v3_ = false;
+  args_at_ = args_sent_ = scanned_ = 0;
   state_ = State::TEXT;
   return out;
 }

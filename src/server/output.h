@@ -44,34 +44,66 @@ struct ToolCall {
   std::string id, name, arguments;  // arguments: the JSON text the model wrote
 };
 
+// One streamed piece of a tool call, as OpenAI streams them: the call's first delta carries its id
+// and name (as soon as the name is known), the later ones the next piece of the argument text.
+// Concatenating a call's pieces gives its whole `arguments`.
+struct ToolCallDelta {
+  int64_t index = 0;  // the call's place among the choice's calls
+  bool first = false;  // the call's first delta: `id` and `name` are set
+  std::string id, name;
+  std::string arguments;  // the next piece of the arguments (may be empty)
+};
+
+// Adds streamed deltas to whole calls (what a non-streamed response and a client's accumulation give).
+void accumulate_tool_calls(std::vector<ToolCall>& calls, const std::vector<ToolCallDelta>& deltas);
+
 // DeepSeek tool calls, V3 and V3.1 formats:
 //   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>
 //   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>
-// Text outside the block is content. A call is emitted once its end marker has arrived.
+// Text outside the block is content. A call starts (first delta) once its name is known: at the
+// separator (V3.1) or the newline after the name (V3). Its arguments then stream as they arrive:
+// trimmed of blank space, without the V3 ```json fence, holding back only a tail that could still
+// be blank space at the end, the closing fence or the start of <｜tool▁call▁end｜>. Empty arguments
+// are "{}".
 class ToolCallParser {
  public:
   struct Out {
     std::string content;
-    std::vector<ToolCall> calls;
+    std::vector<ToolCallDelta> calls;
   };
   Out feed(std::string_view text);
-  Out finish();  // an unfinished block comes back as content, as the model wrote it
-  int64_t calls_emitted() const { return emitted_; }
+  // What was held back: a started call's arguments as they stand (the model stopped inside it); text
+  // of a block in which no call had started comes back as content, as the model wrote it.
+  Out finish();
+  int64_t calls_emitted() const { return calls_; }  // calls started
   static constexpr std::string_view kCallsBegin = "<｜tool▁calls▁begin｜>", kCallsEnd = "<｜tool▁calls▁end｜>",
                                     kCallBegin = "<｜tool▁call▁begin｜>", kCallEnd = "<｜tool▁call▁end｜>",
                                     kSep = "<｜tool▁sep｜>";
 
  private:
-  enum class State { TEXT, CALLS } state_ = State::TEXT;
-  std::string buf_, raw_block_;  // raw_block_: the block's text so far, returned if it never closes
-  int64_t emitted_ = 0;
+  enum class State { TEXT, CALLS, CALL } state_ = State::TEXT;
+  // TEXT, CALLS: text not yet handled; CALL: the call's text after <｜tool▁call▁begin｜>, up to and
+  // including what is not handled yet.
+  std::string buf_;
+  // The block's text since it opened or its last call started: content if no call follows.
+  std::string raw_block_;
+  int64_t calls_ = 0;      // calls started (the next call's index)
+  bool block_has_calls_ = false;
+  // The call being read (state CALL).
+  bool named_ = false;      // its first delta went out
+  bool fence_known_ = false, fenced_ = false;  // V3: whether the arguments sit inside a ``` fence
+  bool v3_ = false;
+  size_t args_at_ = 0;      // where the arguments begin in buf_ (leading blank space skipped once seen)
+  size_t args_sent_ = 0;    // bytes of the arguments sent
+  size_t scanned_ = 0;      // buf_ searched for <｜tool▁call▁end｜> up to here
+  void call(Out& out, bool ended, size_t n);  // the call in buf_[0, n)
 };
 
 // What one choice sends in one update.
 struct Delta {
   std::string text;       // completions: the text; chat: content
   std::string reasoning;  // chat only
-  std::vector<ToolCall> tool_calls;
+  std::vector<ToolCallDelta> tool_calls;
   bool empty() const { return text.empty() && reasoning.empty() && tool_calls.empty(); }
 };
 

@@ -13,6 +13,7 @@
 
 #include "server/metrics.h"
 #include "server/output.h"
+#include "server/peer.h"
 #include "server/protocol.h"
 
 namespace mla::server {
@@ -55,6 +56,7 @@ struct Server::Impl {
   std::mutex inflight_m;
   std::condition_variable inflight_cv;
   int64_t inflight = 0;
+  std::atomic<int64_t> client_disconnects{0};  // requests aborted because their client went away
   int64_t created = std::time(nullptr);
 
   Impl(engine::Service& s, const TextModel* t, ServerOptions o) : service(s), text(t), opt(std::move(o)) {}
@@ -94,8 +96,8 @@ struct Generation {
   std::vector<std::string> text, reasoning;
   std::vector<std::vector<ToolCall>> calls;
   std::vector<std::vector<engine::TokenLogprob>> logprobs;
-  std::vector<int64_t> calls_sent;  // streaming: tool calls sent per choice (their index)
   bool started = false, ended = false, aborted = false;
+  int sock = -1;  // the request's connection (-1: not found; then only a failed write tells)
 
   bool chat() const { return req.endpoint == Endpoint::CHAT; }
   size_t choices() const { return prompts.size() * size_t(req.n); }
@@ -105,6 +107,12 @@ struct Generation {
     aborted = true;
     for (size_t p = 0; p < handles.size(); ++p)
       if (!done[p]) impl->service.abort(handles[p]);
+  }
+
+  // The client went away: abort what still runs (the engine frees its pages within one step).
+  void client_left() {
+    if (!aborted && open > 0) ++impl->client_disconnects;
+    abort_all();
   }
 
   // Waits up to `timeout` for updates; an engine that has stopped finishes what is left as aborted.
@@ -146,14 +154,32 @@ struct Generation {
     return j;
   }
 
-  static ojson tool_calls_json(const std::vector<ToolCall>& calls, int64_t first_index, bool with_index) {
+  static ojson tool_calls_json(const std::vector<ToolCall>& calls) {
     ojson a = ojson::array();
-    for (size_t i = 0; i < calls.size(); ++i) {
+    for (const ToolCall& tc : calls) {
       ojson c;
-      if (with_index) c["index"] = first_index + int64_t(i);
-      c["id"] = calls[i].id;
+      c["id"] = tc.id;
       c["type"] = "function";
-      c["function"] = ojson{{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+      c["function"] = ojson{{"name", tc.name}, {"arguments", tc.arguments}};
+      a.push_back(c);
+    }
+    return a;
+  }
+
+  // Streamed, as OpenAI sends them: a call's first delta carries its id, type and name, later ones
+  // only the next piece of the arguments.
+  static ojson tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas) {
+    ojson a = ojson::array();
+    for (const ToolCallDelta& d : deltas) {
+      ojson c;
+      c["index"] = d.index;
+      if (d.first) {
+        c["id"] = d.id;
+        c["type"] = "function";
+        c["function"] = ojson{{"name", d.name}, {"arguments", d.arguments}};
+      } else {
+        c["function"] = ojson{{"arguments", d.arguments}};
+      }
       a.push_back(c);
     }
     return a;
@@ -176,10 +202,7 @@ struct Generation {
         ojson delta = ojson::object();
         if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
         if (!d.text.empty() || (d.reasoning.empty() && d.tool_calls.empty())) delta["content"] = d.text;
-        if (!d.tool_calls.empty()) {
-          delta["tool_calls"] = tool_calls_json(d.tool_calls, calls_sent[k], true);
-          calls_sent[k] += int64_t(d.tool_calls.size());
-        }
+        if (!d.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.tool_calls);
         ojson c;
         c["index"] = k;
         c["delta"] = delta;
@@ -227,7 +250,7 @@ struct Generation {
       } else {
         text[k] += d.text;
         reasoning[k] += d.reasoning;
-        for (auto& c : d.tool_calls) calls[k].push_back(std::move(c));
+        accumulate_tool_calls(calls[k], d.tool_calls);
         logprobs[k].insert(logprobs[k].end(), cu.logprobs.begin(), cu.logprobs.end());
       }
     }
@@ -255,7 +278,7 @@ struct Generation {
         m["role"] = "assistant";
         m["content"] = text[k].empty() && !calls[k].empty() ? ojson(nullptr) : ojson(text[k]);
         if (!reasoning[k].empty()) m["reasoning_content"] = reasoning[k];
-        if (!calls[k].empty()) m["tool_calls"] = tool_calls_json(calls[k], 0, false);
+        if (!calls[k].empty()) m["tool_calls"] = tool_calls_json(calls[k]);
         c["message"] = m;
         c["logprobs"] = req.logprobs ? chat_logprobs(impl->text, logprobs[k]) : ojson(nullptr);
       } else {
@@ -303,7 +326,7 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
   const bool skip_special = e == Endpoint::CHAT ? false : r.skip_special_tokens;
   for (size_t k = 0; k < K; ++k)
     g->outs.emplace_back(text, skip_special, holdback, e == Endpoint::CHAT, r.reasoning_open, silent);
-  g->text.resize(K), g->reasoning.resize(K), g->calls.resize(K), g->logprobs.resize(K), g->calls_sent.assign(K, 0);
+  g->text.resize(K), g->reasoning.resize(K), g->calls.resize(K), g->logprobs.resize(K);
   g->prompt_tokens.assign(P, 0), g->cached_tokens.assign(P, 0), g->completion_tokens.assign(P, 0);
   g->done.assign(P, false);
   for (size_t p = 0; p < P; ++p) g->prompt_tokens[p] = int64_t(g->prompts[p].size());
@@ -337,10 +360,16 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
     return;
   }
 
+  // The connection, watched while the request runs: a client that closes it is gone (cpp-httplib
+  // 0.11 tells a handler nothing, and a non-streamed response writes nothing before the end).
+  g->sock = find_connection_socket(hreq.local_addr, hreq.local_port, hreq.remote_addr, hreq.remote_port);
   begin_inflight();
   if (!r.stream) {
-    while (g->open > 0)
-      for (auto& [p, u] : g->wait(std::chrono::milliseconds(100))) g->apply(p, u, false);
+    // Every update wakes the wait, so a closed connection is seen within one engine step.
+    while (g->open > 0) {
+      for (auto& [p, u] : g->wait(std::chrono::milliseconds(50))) g->apply(p, u, false);
+      if (g->open > 0 && !g->aborted && peer_closed(g->sock)) g->client_left();
+    }
     end_inflight();
     if (!g->error.empty()) {
       send_error(res, api_error(500, g->error, "server_error"));
@@ -369,6 +398,10 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
               out += sse_event(j);
             }
         }
+        if (g->open > 0 && !g->aborted && peer_closed(g->sock)) {
+          g->client_left();
+          return false;
+        }
         if (g->open > 0)
           for (auto& [p, u] : g->wait(std::chrono::milliseconds(out.empty() ? 50 : 0))) out += g->apply(p, u, true);
         const bool end = g->open == 0 && !g->ended;
@@ -384,14 +417,14 @@ void Server::Impl::generate(Endpoint e, const httplib::Request& hreq, httplib::R
           out += sse_done();
         }
         if (!out.empty() && !sink.write(out.data(), out.size())) {
-          g->abort_all();  // the client went away
+          g->client_left();
           return false;
         }
         if (end) sink.done();
         return true;
       },
       [g](bool) {
-        if (g->open > 0) g->abort_all();
+        if (g->open > 0) g->client_left();  // the response ended early: the client is gone
         g->impl->end_inflight();
       });
 }
@@ -449,7 +482,8 @@ void Server::Impl::routes() {
     else res.set_content("{}", "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(service.metrics()), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(render_metrics(service.metrics(), client_disconnects.load()),
+                    "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Post("/flush_cache", [this](const httplib::Request&, httplib::Response& res) {
     service.flush_cache();

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "mla/error.h"
+#include "mla/random.h"
 #include "mla/platform_ops.h"
 #include "platform/cpu/convert.h"
 #include "platform/registry.h"
@@ -158,6 +159,18 @@ class CpuOps final : public Ops {
     const size_t n = size_t(t.numel());
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) t.set(i, value);
+  }
+  void fill_random(Tensor& t, uint64_t seed, double std) override {
+    const size_t n = size_t(t.numel());
+    const float scale = float(std);
+    auto each = [&](auto store) {
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < n; ++i) store(i, hash_normalish(seed, i, scale));
+    };
+    // bf16 and f32 stores of a float round as store_from_double does (one rounding: exact widening)
+    if (t.dtype() == DType::BF16) each([&](size_t i, float v) { t.ptr<bf16>()[i] = float_to_bf16(v); });
+    else if (t.dtype() == DType::F32) each([&](size_t i, float v) { t.ptr<float>()[i] = v; });
+    else each([&](size_t i, float v) { t.set(i, v); });
   }
 
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override {
@@ -422,6 +435,19 @@ class CpuOps final : public Ops {
     store_row(buf.data(), n, dst.data(), dst.dtype(), 0);
   }
 
+  void argmax_rows(const Tensor& x, Tensor& out) override {
+    const int64_t V = x.dim(-1), R = rows_of(x);
+    expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == R, "argmax_rows",
+           "x must be f32 [R, V] and out i32 [R]");
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = x.ptr<float>() + r * V;
+      int64_t best = 0;
+      for (int64_t i = 0; i < V; ++i)
+        if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = i;
+      out.ptr<int32_t>()[r] = int32_t(best);
+    }
+  }
+
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
     expect(gate.numel() == up.numel() && out.numel() == gate.numel(), "silu_mul", "shape mismatch");
     const int64_t d = gate.dim(-1), M = rows_of(gate);
@@ -437,6 +463,111 @@ class CpuOps final : public Ops {
           g[size_t(i)] = x / (A(1) + std::exp(-x)) * u[size_t(i)];
         }
         store_row(g.data(), size_t(d), out.data(), out.dtype(), size_t(m * d));
+      }
+    }
+  }
+
+  void moe_route(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r, Tensor& expert,
+                 Tensor& weight) override {
+    r.validate();
+    const int64_t E = r.n_routed_experts, K = r.num_experts_per_tok, T = rows_of(router_logits);
+    expect(router_logits.dtype() == DType::F32 && router_logits.dim(-1) == E, "moe_route",
+           fmt::format("router logits {} {} are not [T, {}] f32", dtype_name(router_logits.dtype()),
+                       shape_str(router_logits.shape()), E));
+    expect(!bias.defined() || (bias.dtype() == DType::F32 && bias.numel() == E), "moe_route",
+           fmt::format("bias is not [{}] f32", E));
+    expect(expert.dtype() == DType::I32 && expert.numel() == T * K && weight.dtype() == DType::F32 &&
+               weight.numel() == T * K,
+           "moe_route", fmt::format("expert / weight are not [{}, {}] i32 / f32", T, K));
+    const float* l = router_logits.ptr<float>();
+    std::vector<float> b;
+    if (bias.defined()) b.assign(bias.ptr<float>(), bias.ptr<float>() + E);
+    const Routing c = route_tokens(r, std::vector<float>(l, l + T * E), b, T);
+    std::copy(c.expert.begin(), c.expert.end(), expert.ptr<int32_t>());
+    std::copy(c.weight.begin(), c.weight.end(), weight.ptr<float>());
+  }
+
+  // Per expert, the rows routed to it go through the same arithmetic as linear (dot4 over blocks
+  // of four weight rows) and silu_mul, each product rounded to the activation dtype as those ops
+  // store it; then every token sums its K outputs in k order. A row's result depends on its own
+  // input only, whatever else the batch holds.
+  void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,
+                   const Tensor& up, const Tensor& down, Tensor& out) override {
+    const int64_t T = rows_of(x), Hd = x.dim(-1);
+    expect(gate.rank() == 3 && up.shape() == gate.shape() && gate.dim(2) == Hd && down.rank() == 3 &&
+               down.dim(0) == gate.dim(0) && down.dim(1) == Hd && down.dim(2) == gate.dim(1),
+           "moe_experts",
+           fmt::format("experts gate {} up {} down {} do not fit hidden {}", shape_str(gate.shape()),
+                       shape_str(up.shape()), shape_str(down.shape()), Hd));
+    const int64_t E = gate.dim(0), I = gate.dim(1), K = T == 0 ? expert.dim(-1) : expert.numel() / T;
+    expect(expert.dtype() == DType::I32 && weight.dtype() == DType::F32 && expert.numel() == T * K &&
+               weight.numel() == T * K && out.numel() == T * Hd,
+           "moe_experts", fmt::format("expert {} / weight {} / out {} for {} tokens", shape_str(expert.shape()),
+                                      shape_str(weight.shape()), shape_str(out.shape()), T));
+    const int32_t* ex = expert.ptr<int32_t>();
+    std::vector<std::vector<int64_t>> slots(static_cast<size_t>(E));  // (t·K + k) per expert
+    for (int64_t i = 0; i < T * K; ++i) {
+      expect(ex[i] >= 0 && ex[i] < E, "moe_experts", fmt::format("expert id {} outside [0, {})", ex[i], E));
+      slots[size_t(ex[i])].push_back(i);
+    }
+    const DType act = out.dtype();
+    std::vector<A> xa(static_cast<size_t>(T * Hd)), h(static_cast<size_t>(T * K * I)), y(static_cast<size_t>(T * K * Hd));
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; ++t) load_row(x.data(), x.dtype(), size_t(t * Hd), size_t(Hd), &xa[size_t(t * Hd)]);
+    constexpr int64_t NB = 4;
+    // One task: four output columns of one expert, for every row routed to it.
+    auto run = [&](int64_t N, int64_t Kd, auto&& body) {
+      const int64_t nblocks = (N + NB - 1) / NB;
+#pragma omp parallel for schedule(dynamic, 4)
+      for (int64_t task = 0; task < E * nblocks; ++task) {
+        const int64_t e = task / nblocks, n0 = task % nblocks * NB;
+        if (!slots[size_t(e)].empty()) body(e, n0, std::min(NB, N - n0), Kd);
+      }
+    };
+    auto load_block = [](const Tensor& w, int64_t e, int64_t n0, int64_t nb, int64_t N, int64_t Kd, std::vector<A>& b) {
+      b.resize(size_t(NB * Kd));
+      for (int64_t r = 0; r < NB; ++r)
+        if (r < nb) load_row(w.data(), w.dtype(), size_t((e * N + n0 + r) * Kd), size_t(Kd), &b[size_t(r * Kd)]);
+        else std::fill(b.begin() + r * Kd, b.begin() + (r + 1) * Kd, A(0));
+    };
+    auto rounded = [act](A* v, int64_t n) {  // as a store in the activation dtype and a load back
+      if (act == DType::BF16)
+        for (int64_t i = 0; i < n; ++i) v[i] = A(bf16_to_float(float_to_bf16(float(v[i]))));
+    };
+    run(I, Hd, [&](int64_t e, int64_t n0, int64_t nb, int64_t Kd) {
+      thread_local std::vector<A> wg, wu;
+      load_block(gate, e, n0, nb, I, Kd, wg);
+      load_block(up, e, n0, nb, I, Kd, wu);
+      for (int64_t i : slots[size_t(e)]) {
+        const A* xr = &xa[size_t(i / K * Hd)];
+        A g[NB], u[NB];
+        dot4(xr, &wg[0], &wg[size_t(Kd)], &wg[size_t(2 * Kd)], &wg[size_t(3 * Kd)], Kd, g);
+        dot4(xr, &wu[0], &wu[size_t(Kd)], &wu[size_t(2 * Kd)], &wu[size_t(3 * Kd)], Kd, u);
+        rounded(g, NB), rounded(u, NB);
+        for (int64_t r = 0; r < NB; ++r) g[r] = g[r] / (A(1) + std::exp(-g[r])) * u[r];
+        rounded(g, NB);
+        std::copy(g, g + nb, &h[size_t(i * I + n0)]);
+      }
+    });
+    run(Hd, I, [&](int64_t e, int64_t n0, int64_t nb, int64_t Kd) {
+      thread_local std::vector<A> wd;
+      load_block(down, e, n0, nb, Hd, Kd, wd);
+      for (int64_t i : slots[size_t(e)]) {
+        A o[NB];
+        dot4(&h[size_t(i * I)], &wd[0], &wd[size_t(Kd)], &wd[size_t(2 * Kd)], &wd[size_t(3 * Kd)], Kd, o);
+        rounded(o, NB);
+        std::copy(o, o + nb, &y[size_t(i * Hd + n0)]);
+      }
+    });
+    const float* w = weight.ptr<float>();
+#pragma omp parallel
+    {
+      std::vector<A> acc(static_cast<size_t>(Hd));
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < T; ++t) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int64_t k = 0; k < K; ++k) axpy(A(w[t * K + k]), &y[size_t((t * K + k) * Hd)], acc.data(), Hd);
+        store_row(acc.data(), size_t(Hd), out.data(), out.dtype(), size_t(t * Hd));
       }
     }
   }

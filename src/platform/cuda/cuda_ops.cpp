@@ -9,6 +9,7 @@
 #include "platform/cuda/cuda_check.h"
 #include "platform/cuda/mha_prefill.h"
 #include "platform/cuda/mla_decode.h"
+#include "platform/cuda/moe_gemm.h"
 #include "platform/gpu/gpu_ops.h"
 #include "platform/registry.h"
 
@@ -76,6 +77,26 @@ class CudaOps final : public GpuOps {
         int(H * dv), dv, int(H), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
+
+  // bf16 at multiples of 64: the tensor-core grouped GEMMs (moe_gemm.cu); else the portable path.
+  void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+                   const Tensor& down, Tensor& out) override {
+    const MoeShape m = moe_shape(x, expert, weight, gate, up, down, out);
+    if (x.dtype() != DType::BF16 || gate.dtype() != DType::BF16 || out.dtype() != DType::BF16 ||
+        !moe_fast_supports(m.I, m.hidden))
+      return GpuOps::moe_experts(x, expert, weight, gate, up, down, out);
+    if (m.T == 0) return;
+    const int64_t n = m.T * m.K;
+    const int bm = moe_fast_rows(n, m.E);
+    const int64_t tiles = moe_max_tiles(n, m.E, bm);
+    Tensor keep;
+    const MoePlan plan = moe_plan(expert, m, bm, keep);
+    Tensor h = empty(DType::BF16, {n, m.I}), y = empty(DType::BF16, {n, m.hidden});  // per row of the plan
+    moe_gate_up_fast(x.data(), int(m.K), plan, tiles, bm, gate.data(), up.data(), m.I, m.hidden, h.data(), stream());
+    moe_down_fast(h.data(), plan, tiles, bm, down.data(), m.I, m.hidden, y.data(), stream());
+    moe_combine(y.data(), Elem::BF16, plan.pos, weight.ptr<float>(), m.T, m.K, m.hidden, out.data(), Elem::BF16,
+                stream());
+  }
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttnSegments& seg, double scale, Tensor& o,
                  Tensor& lse) override {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "platform/gpu/gpu_check.h"
+#include "mla/random.h"
 #include "platform/gpu/elem.cuh"
 #include "platform/gpu/elementwise.h"
 #include "platform/gpu/norm.cuh"
@@ -19,20 +20,9 @@ __global__ void fill_k(void* p, Elem e, size_t n, float v) {
   if (i < n) store_elem(p, e, i, v);
 }
 
-__device__ __forceinline__ float hash_uniform(uint64_t x) {  // splitmix64 → [0, 1)
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return float(x >> 40) * (1.0f / 16777216.0f);
-}
-
 __global__ void fill_random_k(void* p, Elem e, size_t n, uint64_t seed, float scale) {
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const uint64_t b = seed * 0x100000001b3ull + i * 4;  // sum of 4 uniforms ≈ normal (Irwin–Hall)
-  const float v = hash_uniform(b) + hash_uniform(b + 1) + hash_uniform(b + 2) + hash_uniform(b + 3) - 2.0f;
-  store_elem(p, e, i, v * 1.7320508f * scale);
+  if (i < n) store_elem(p, e, i, hash_normalish(seed, i, scale));
 }
 
 __global__ void convert_k(const void* src, Elem se, void* dst, Elem de, size_t n) {
@@ -42,6 +32,16 @@ __global__ void convert_k(const void* src, Elem se, void* dst, Elem de, size_t n
 
 __global__ void rmsnorm_k(void* x, Elem e, int64_t ld, int64_t n, const void* w, Elem we, float eps) {
   rmsnorm_row(x, e, size_t(blockIdx.x) * size_t(ld), n, w, we, eps);
+}
+
+__global__ void add_rmsnorm_k(void* h, Elem e, const void* y, Elem ye, void* x, int64_t n, const void* w, Elem we,
+                              float eps) {
+  const size_t row = size_t(blockIdx.x) * size_t(n);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {  // the stride rmsnorm_row reads with: no sync
+    store_elem(h, e, row + i, load_elem(h, e, row + i) + load_elem(y, ye, row + i));
+    store_elem(x, e, row + i, load_elem(h, e, row + i));
+  }
+  rmsnorm_row(x, e, row, n, w, we, eps);
 }
 
 __global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,
@@ -110,6 +110,32 @@ __global__ void silu_mul_k(const void* g, const void* u, Elem e, void* out, size
   store_elem(out, e, i, x / (1.f + expf(-x)) * load_elem(u, e, i));
 }
 
+// (v, i) beats (w, j): larger, or equal and earlier; NaN loses to any number.
+__device__ __forceinline__ bool beats(float v, int32_t i, float w, int32_t j) {
+  if (isnan(w)) return !isnan(v) || i < j;
+  if (isnan(v)) return false;
+  return v > w || (v == w && i < j);
+}
+
+// One block per row: strided scans, then a tree over the block (32-lane groups, then shared memory).
+__global__ void argmax_rows_k(const float* x, int64_t V, int32_t* out) {
+  const float* row = x + int64_t(blockIdx.x) * V;
+  float best = NAN;
+  int32_t at = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    if (beats(row[i], int32_t(i), best, at)) best = row[i], at = int32_t(i);
+  __shared__ float sv[kThreads];
+  __shared__ int32_t si[kThreads];
+  sv[threadIdx.x] = best, si[threadIdx.x] = at;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w && beats(sv[threadIdx.x + w], si[threadIdx.x + w], sv[threadIdx.x], si[threadIdx.x]))
+      sv[threadIdx.x] = sv[threadIdx.x + w], si[threadIdx.x] = si[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = si[0] == 0x7fffffff ? 0 : si[0];
+}
+
 __global__ void merge_k(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d) {
   const int64_t r = blockIdx.x;
   const float sa = lse[r], sb = lseb[r];
@@ -162,6 +188,12 @@ void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, E
   rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(x, e, ld, n, w, we, eps);
   MLA_GPU_LAUNCH_CHECK();
 }
+void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, int64_t n, const void* w, Elem we,
+                 float eps, cudaStream_t s) {
+  if (M == 0) return;
+  add_rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(h, e, y, ye, x, n, w, we, eps);
+  MLA_GPU_LAUNCH_CHECK();
+}
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off, const int32_t* positions,
           const double* inv_freq, int64_t half, double af, bool interleave, cudaStream_t s) {
   MLA_LAUNCH(rope_k, T * heads * half, s, x, e, T, heads, head_dim, off, positions, inv_freq, half, af, interleave);
@@ -186,6 +218,11 @@ void scatter_add_rows(const void* src, Elem se, const int32_t* rows, const float
   if (n > 0) MLA_LAUNCH(scatter_add_rows_k, d, s, src, se, rows, w, n, d, out, oe);
 }
 void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s) { MLA_LAUNCH(add_k, n, s, x, xe, y, ye, n); }
+void argmax_rows(const float* x, int64_t R, int64_t V, int32_t* out, cudaStream_t s) {
+  if (R == 0) return;
+  argmax_rows_k<<<unsigned(R), kThreads, 0, s>>>(x, V, out);
+  MLA_GPU_LAUNCH_CHECK();
+}
 void silu_mul(const void* g, const void* u, Elem e, void* out, size_t n, cudaStream_t s) {
   MLA_LAUNCH(silu_mul_k, n, s, g, u, e, out, n);
 }

@@ -15,6 +15,9 @@ void convert(const void* src, Elem se, void* dst, Elem de, size_t n, cudaStream_
 // x[M, ld]: RMSNorm over columns [0, n) of each row, in place; w[n]
 void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps,
              cudaStream_t s);
+// h[M, n] += y; x = h; x = RMSNorm(x) · w (one block per row: the same bits as add, convert, rmsnorm)
+void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, int64_t n, const void* w, Elem we,
+                 float eps, cudaStream_t s);
 // x[T, heads·head_dim]: rotate columns [off, off + 2·half) of every head; angles pos·inv_freq[i]
 // in double; cos/sin × attention_factor; interleaved pairs or NeoX halves.
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,
@@ -37,6 +40,8 @@ void gather_rows(const void* table, Elem te, const int32_t* ids, int64_t n, int6
 void scatter_add_rows(const void* src, Elem se, const int32_t* rows, const float* w, int64_t n,
                       int64_t d, void* out, Elem oe, cudaStream_t s);
 void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s);
+// out[r] = the first index of the largest of x[r, 0..V) (NaN never wins; all NaN → 0)
+void argmax_rows(const float* x, int64_t R, int64_t V, int32_t* out, cudaStream_t s);
 void silu_mul(const void* gate, const void* up, Elem e, void* out, size_t n, cudaStream_t s);
 // (o, lse) ← merge((o, lse), (ob, lseb)); o[n, d], lse[n]
 void merge(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d,

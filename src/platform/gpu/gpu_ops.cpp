@@ -48,6 +48,28 @@ GpuOps::~GpuOps() {
     if (pinned_[i]) (void)cudaFreeHost(pinned_[i]);
     if (pinned_copied_[i]) (void)cudaEventDestroy(pinned_copied_[i]);
   }
+  for (cudaEvent_t e : upload_events_)
+    if (e) (void)cudaEventDestroy(e);
+}
+
+std::shared_ptr<void> GpuOps::alloc_staging(size_t bytes) {
+  void* p = nullptr;
+  MLA_GPU_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  return std::shared_ptr<void>(p, [](void* q) { (void)cudaFreeHost(q); });
+}
+
+void GpuOps::upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot) {
+  expect(dst.platform() == platform_ && offset + n <= dst.nbytes() && slot >= 0 && slot < kUploadSlots,
+         "upload_async", fmt::format("{} bytes at {} into a tensor of {} bytes (slot {})", n, offset, dst.nbytes(), slot));
+  cudaEvent_t& e = upload_events_[size_t(slot)];
+  if (!e) MLA_GPU_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  MLA_GPU_CHECK(cudaMemcpyAsync(static_cast<char*>(dst.data()) + offset, host, n, cudaMemcpyHostToDevice, stream_));
+  MLA_GPU_CHECK(cudaEventRecord(e, stream_));
+}
+
+void GpuOps::wait_upload(int slot) {
+  expect(slot >= 0 && slot < kUploadSlots, "wait_upload", fmt::format("slot {}", slot));
+  if (cudaEvent_t e = upload_events_[size_t(slot)]) MLA_GPU_CHECK(cudaEventSynchronize(e));
 }
 
 void GpuOps::synchronize() {
@@ -68,10 +90,11 @@ const double* GpuOps::doubles(const std::vector<double>& v) {
   return static_cast<const double*>(dev.data());
 }
 
-// Layout of the device plan (int32): positions [T], new_slots [T], token ids [T] when given, each
+// Layout of the device plan (int32): positions [T], new_slots [T], the extra vectors, each
 // segment set as q_start, q_len, k_start, k_len [n each], then kv_slots [Σ seq] last: for a fixed
 // batch size every array but kv_slots keeps its device address from step to step.
-void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool, const std::vector<int32_t>* token_ids) {
+void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
+                        std::initializer_list<const std::vector<int32_t>*> extra) {
   if (step_open_) fail("{}: a step is already open (end_step first)", platform_name(platform_));
   // Everything that can fail comes before any state changes.
   const int64_t num_slots = pool.num_slots();
@@ -98,7 +121,8 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool, const std::ve
   };
   add(plan.positions);
   add(plan.new_slots);
-  if (token_ids) add(*token_ids);
+  for (const std::vector<int32_t>* v : extra)
+    if (v) add(*v);
   StepSegments segs[2];
   for (int i = 0; i < 2; ++i) {
     const AttnSegments& seg = *sets[i];
@@ -134,7 +158,7 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool, const std::ve
       pinned_[turn] = nullptr, pinned_ints_[turn] = 0;
     }
     void* p = nullptr;
-    MLA_GPU_CHECK(cudaHostAlloc(&p, cap * 4, cudaHostAllocDefault));
+    MLA_GPU_CHECK(cudaMallocHost(&p, cap * 4));
     pinned_[turn] = static_cast<int32_t*>(p), pinned_ints_[turn] = cap;
   }
   if (!step_dev_.defined() || size_t(step_dev_.numel()) < std::max<size_t>(total, 1))
@@ -174,6 +198,74 @@ void GpuOps::end_step() noexcept {
   step_plan_ = nullptr, step_pool_ = nullptr;
   step_arrays_.clear();
   step_segs_[0] = step_segs_[1] = StepSegments{};
+}
+
+void GpuOps::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& expert, Tensor& weight) {
+  r.validate();
+  const int64_t E = r.n_routed_experts, K = r.num_experts_per_tok, T = rows_of(logits);
+  expect(logits.dtype() == DType::F32 && logits.dim(-1) == E, "moe_route",
+         fmt::format("router logits {} {} are not [T, {}] f32", dtype_name(logits.dtype()), shape_str(logits.shape()), E));
+  expect(!bias.defined() || (bias.dtype() == DType::F32 && bias.numel() == E), "moe_route",
+         fmt::format("bias is not [{}] f32", E));
+  expect(expert.dtype() == DType::I32 && expert.numel() == T * K && weight.dtype() == DType::F32 && weight.numel() == T * K,
+         "moe_route", fmt::format("expert / weight are not [{}, {}] i32 / f32", T, K));
+  expect(E <= kMoeMaxExperts, "moe_route", fmt::format("{} experts (at most {})", E, kMoeMaxExperts));
+  if (T == 0) return;
+  MoeRouteParams p;
+  p.logits = logits.ptr<float>();
+  p.bias = bias.defined() ? bias.ptr<float>() : nullptr;
+  p.T = int(T), p.E = int(E), p.K = int(K), p.n_group = int(r.n_group), p.topk_group = int(r.topk_group);
+  p.sigmoid = r.scoring_func == "sigmoid";
+  p.norm_topk_prob = r.norm_topk_prob;
+  p.method = r.topk_method == "noaux_tc" ? MoeTopk::NoauxTc
+             : r.topk_method == "group_limited_greedy" ? MoeTopk::GroupLimitedGreedy : MoeTopk::Greedy;
+  p.routed_scaling_factor = r.routed_scaling_factor;
+  p.expert = expert.ptr<int32_t>();
+  p.weight = weight.ptr<float>();
+  gpu::moe_route(p, stream_);
+}
+
+GpuOps::MoeShape GpuOps::moe_shape(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,
+                                   const Tensor& up, const Tensor& down, const Tensor& out) {
+  MoeShape m;
+  m.T = rows_of(x), m.hidden = x.dim(-1);
+  expect(gate.rank() == 3 && up.shape() == gate.shape() && gate.dim(2) == m.hidden && down.rank() == 3 &&
+             down.dim(0) == gate.dim(0) && down.dim(1) == m.hidden && down.dim(2) == gate.dim(1) &&
+             gate.dtype() == up.dtype() && down.dtype() == gate.dtype(),
+         "moe_experts",
+         fmt::format("experts gate {} up {} down {} do not fit hidden {}", shape_str(gate.shape()), shape_str(up.shape()),
+                     shape_str(down.shape()), m.hidden));
+  m.E = gate.dim(0), m.I = gate.dim(1);
+  m.K = m.T == 0 ? expert.dim(-1) : expert.numel() / m.T;
+  expect(expert.dtype() == DType::I32 && weight.dtype() == DType::F32 && expert.numel() == m.T * m.K &&
+             weight.numel() == m.T * m.K && out.numel() == m.T * m.hidden,
+         "moe_experts", fmt::format("expert {} / weight {} / out {} for {} tokens", shape_str(expert.shape()),
+                                    shape_str(weight.shape()), shape_str(out.shape()), m.T));
+  expect(m.E <= kMoeMaxExperts, "moe_experts", fmt::format("{} experts (at most {})", m.E, kMoeMaxExperts));
+  return m;
+}
+
+MoePlan GpuOps::moe_plan(const Tensor& expert, const MoeShape& m, int bm, Tensor& keep) {
+  const int64_t n = m.T * m.K;
+  keep = empty(DType::I32, {moe_plan_words(n, m.E, bm)});
+  MoePlan plan = moe_plan_at(keep.ptr<int32_t>(), n, m.E, bm);
+  moe_align(expert.ptr<int32_t>(), n, int(m.E), bm, plan, stream_);
+  return plan;
+}
+
+void GpuOps::moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,
+                         const Tensor& up, const Tensor& down, Tensor& out) {
+  const MoeShape m = moe_shape(x, expert, weight, gate, up, down, out);
+  if (m.T == 0) return;
+  const int64_t n = m.T * m.K, bm = kMoeGenericRows, tiles = moe_max_tiles(n, m.E, bm);
+  Tensor keep;
+  const MoePlan plan = moe_plan(expert, m, int(bm), keep);
+  const Elem ae = elem_of(out.dtype()), we = elem_of(gate.dtype());
+  Tensor h = empty(out.dtype(), {n, m.I}), y = empty(out.dtype(), {n, m.hidden});  // per row of the plan
+  moe_gate_up_generic(x.data(), elem_of(x.dtype()), int(m.K), plan, tiles, gate.data(), up.data(), we, m.I, m.hidden,
+                      h.data(), ae, stream_);
+  moe_down_generic(h.data(), ae, plan, tiles, down.data(), we, m.I, m.hidden, y.data(), ae, stream_);
+  moe_combine(y.data(), ae, plan.pos, weight.ptr<float>(), m.T, m.K, m.hidden, out.data(), ae, stream_);
 }
 
 int device_count() {

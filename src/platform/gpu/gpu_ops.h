@@ -4,6 +4,7 @@
 // kernels on ROCm) and its faster kernels where they apply.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "platform/gpu/attention_kernels.h"
 #include "platform/gpu/elementwise.h"
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/moe.h"
 
 namespace mla::gpu {
 
@@ -35,7 +37,8 @@ class GpuOps : public Ops {
 
   // The step's device plan (gpu_ops.cpp): one pinned host buffer (two, alternating, so that a
   // step never waits for the previous step's copy), one device buffer, one copy per step.
-  void begin_step(const BatchPlan& plan, const KVPool& pool, const std::vector<int32_t>* token_ids) override;
+  void begin_step(const BatchPlan& plan, const KVPool& pool,
+                  std::initializer_list<const std::vector<int32_t>*> extra) override;
   void end_step() noexcept override;
   bool step_checked(const BatchPlan& plan, const KVPool& pool) const override {
     return step_open_ && &plan == step_plan_ && &pool == step_pool_ && pool.num_slots() == step_pool_slots_;
@@ -74,10 +77,24 @@ class GpuOps : public Ops {
     return h;
   }
   void fill(Tensor& t, double v) override { gpu::fill(t.data(), elem_of(t.dtype()), size_t(t.numel()), float(v), stream_); }
+  void fill_random(Tensor& t, uint64_t seed, double std) override {
+    gpu::fill_random(t.data(), elem_of(t.dtype()), size_t(t.numel()), seed, float(std), stream_);
+  }
+  std::shared_ptr<void> alloc_staging(size_t bytes) override;                                  // pinned
+  void upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot) override;  // + event
+  void wait_upload(int slot) override;
   void rmsnorm(Tensor& x, int64_t n, const Tensor& w, double eps) override {
     const int64_t ld = x.dim(-1);
     expect(n <= ld && w.numel() == n, "rmsnorm", "weight size");
     gpu::rmsnorm(x.data(), elem_of(x.dtype()), rows_of(x), ld, n, w.data(), elem_of(w.dtype()), float(eps), stream_);
+  }
+
+  void add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, double eps) override {
+    const int64_t n = h.dim(-1);
+    expect(y.numel() == h.numel() && x.numel() == h.numel() && x.dtype() == h.dtype() && w.numel() == n, "add_rmsnorm",
+           "shape or dtype");
+    gpu::add_rmsnorm(h.data(), elem_of(h.dtype()), y.data(), elem_of(y.dtype()), x.data(), rows_of(h), n, w.data(),
+                     elem_of(w.dtype()), float(eps), stream_);
   }
 
   void rope(Tensor& x, int64_t heads, int64_t head_dim, int64_t rot_offset, const std::vector<int32_t>& positions,
@@ -153,10 +170,21 @@ class GpuOps : public Ops {
     else
       gpu::convert(src.data(), elem_of(src.dtype()), dst.data(), elem_of(dst.dtype()), size_t(src.numel()), stream_);
   }
+  void argmax_rows(const Tensor& x, Tensor& out) override {
+    expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == rows_of(x), "argmax_rows",
+           "x must be f32 [R, V] and out i32 [R]");
+    gpu::argmax_rows(x.ptr<float>(), rows_of(x), x.dim(-1), out.ptr<int32_t>(), stream_);
+  }
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
     expect(gate.numel() == up.numel() && out.numel() == gate.numel(), "silu_mul", "shape");
     gpu::silu_mul(gate.data(), up.data(), elem_of(gate.dtype()), out.data(), size_t(gate.numel()), stream_);
   }
+
+  void moe_route(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r, Tensor& expert,
+                 Tensor& weight) override;
+  // The portable path: plan, the grouped GEMMs of moe.cu, combine.
+  void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+                   const Tensor& down, Tensor& out) override;
 
   // Per head: q_mla[:, h, :L] = q[:, h, :dn] · w_kc[h] (strided batched GEMM), then q_pe copied.
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttnSegments& seg, double scale, Tensor& o,
@@ -213,6 +241,14 @@ class GpuOps : public Ops {
     if (!t.defined() || t.nbytes() < bytes) t = empty(DType::F32, {int64_t((bytes + 3) / 4 + 16)});
     return {t.data(), t.nbytes()};
   }
+  // The checked sizes of moe_experts: T tokens, K slots each, E experts of width I.
+  struct MoeShape {
+    int64_t T = 0, K = 0, E = 0, I = 0, hidden = 0;
+  };
+  MoeShape moe_shape(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+                     const Tensor& down, const Tensor& out);
+  // A plan for T·K slots in tiles of bm rows, on a fresh device buffer (kept alive by `keep`).
+  MoePlan moe_plan(const Tensor& expert, const MoeShape& m, int bm, Tensor& keep);
   DeviceSegments segments(const AttnSegments& seg, int64_t nq, int64_t nk) {
     const size_t n = seg.q_len.size();
     if (const StepSegments* s = step_segments(seg)) {  // checked in begin_step but for nq / nk
@@ -313,6 +349,7 @@ class GpuOps : public Ops {
   int pinned_turn_ = 0;
   Tensor step_dev_;  // [capacity] I32: the device plan; its address changes only when it grows
   StepCounters total_, step_start_, last_step_;
+  std::array<cudaEvent_t, kUploadSlots> upload_events_{};  // the last copy of each upload slot
 };
 
 int device_count();  // 0 when the runtime finds no device

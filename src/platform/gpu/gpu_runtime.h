@@ -26,9 +26,6 @@
 #define cudaStreamNonBlocking hipStreamNonBlocking
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaStreamDestroy hipStreamDestroy
-#define cudaHostAlloc hipHostMalloc
-#define cudaHostAllocDefault hipHostMallocDefault
-#define cudaFreeHost hipHostFree
 #define cudaEvent_t hipEvent_t
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDisableTiming hipEventDisableTiming
@@ -37,6 +34,8 @@
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaEventDestroy hipEventDestroy
 #define cudaErrorNotReady hipErrorNotReady
+#define cudaMallocHost hipHostMalloc
+#define cudaFreeHost hipHostFree
 #define cudaFuncSetAttribute hipFuncSetAttribute
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #else

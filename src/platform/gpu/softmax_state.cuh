@@ -11,11 +11,7 @@
 #pragma once
 #include <cmath>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define MLA_HOST_DEVICE __host__ __device__
-#else
-#define MLA_HOST_DEVICE
-#endif
+#include "mla/host_device.h"
 
 namespace mla::gpu {
 

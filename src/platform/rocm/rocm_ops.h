@@ -38,6 +38,7 @@ class RocmOps final : public gpu::GpuOps {
   void absorb_q(const Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr, Tensor& q_mla) override;
   void absorb_o(const Tensor& o_lat, const Tensor& w_vc, Tensor& o) override;
   std::shared_ptr<const void> pack_absorbed(const AbsorbedWeights& host) override;
+  bool packs_absorbed() const override { return true; }
   std::optional<AbsorbedWeights> absorbed_as_packed(const AbsorbedWeights& host) const override;
 
   // ---- the twins' own steps -------------------------------------------------------------------

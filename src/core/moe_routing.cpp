@@ -1,13 +1,14 @@
-// MoE routing, as transformers computes it: V3 (sigmoid scores, e_score_correction_bias for the
-// choice only, groups scored by the sum of their top-2, noaux_tc) and V2 (softmax scores, greedy
-// or group_limited_greedy with the group max; norm_topk_prob ignored, as transformers' V2 router
-// does). Pure host code on the router logits.
+// moe_routing.cpp — MoE routing, as transformers computes it: V3 (sigmoid scores,
+// e_score_correction_bias for the choice only, groups scored by the sum of their top-2, noaux_tc)
+// and V2 (softmax scores, greedy or group_limited_greedy with the group max; norm_topk_prob
+// ignored, as transformers' V2 router does). Pure host code on the router logits; the device
+// routers (Ops::moe_route) make the same choice.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "mla/error.h"
-#include "mla/model.h"
+#include "mla/moe.h"
 
 namespace mla {
 namespace {
@@ -25,8 +26,23 @@ std::vector<int32_t> top_k(const std::vector<double>& v, int64_t k) {
 
 }  // namespace
 
-Routing route_tokens(const ModelConfig& c, const std::vector<float>& router_logits,
+void MoeRouting::validate() const {
+  if (n_routed_experts <= 0 || num_experts_per_tok <= 0 || num_experts_per_tok > n_routed_experts)
+    fail("moe routing: num_experts_per_tok {} of n_routed_experts {}", num_experts_per_tok, n_routed_experts);
+  if (n_group <= 0 || n_routed_experts % n_group != 0 || topk_group <= 0 || topk_group > n_group)
+    fail("moe routing: n_group {} / topk_group {} do not divide {} experts", n_group, topk_group, n_routed_experts);
+  if (scoring_func != "softmax" && scoring_func != "sigmoid")
+    fail("moe routing: scoring_func \"{}\" (softmax, sigmoid)", scoring_func);
+  if (topk_method != "greedy" && topk_method != "group_limited_greedy" && topk_method != "noaux_tc")
+    fail("moe routing: topk_method \"{}\" (greedy, group_limited_greedy, noaux_tc)", topk_method);
+  if (topk_method != "greedy" && topk_group * (n_routed_experts / n_group) < num_experts_per_tok)
+    fail("moe routing: {} kept groups of {} experts cannot give {} experts", topk_group,
+         n_routed_experts / n_group, num_experts_per_tok);
+}
+
+Routing route_tokens(const MoeRouting& c, const std::vector<float>& router_logits,
                      const std::vector<float>& bias, int64_t T) {
+  c.validate();
   const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, G = c.n_group;
   const int64_t per_group = E / G;
   if (int64_t(router_logits.size()) != T * E) fail("routing: {} logits for {} tokens × {} experts", router_logits.size(), T, E);

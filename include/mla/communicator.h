@@ -1,0 +1,51 @@
+// mla/communicator.h — collectives among the ranks of a tensor-parallel group, beside Ops: every
+// rank calls the same collectives in the same order, on tensors of its own platform. A collective
+// whose ranks disagree on a shape fails on every rank (none waits for ever).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "mla/ops.h"
+#include "mla/tensor.h"
+
+namespace mla {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // e.g. "in-process 2/4"
+
+  // x ← Σ_r x_r, the same on every rank. Ours (in-process, the one-shot kernels) sum in f32 in
+  // rank order 0, 1, …, size−1 and round once to x's dtype: deterministic, the same bits on
+  // every rank and every run.
+  virtual void all_reduce(Tensor& x) = 0;
+  // out[size · n] ← x_0 ‖ x_1 ‖ … (each x_r of n elements), in rank order
+  virtual void all_gather(const Tensor& x, Tensor& out) = 0;
+  // x[size · m] on every rank → out[m] = (Σ_r x_r)[rank · m, (rank + 1) · m), summed as all_reduce
+  virtual void reduce_scatter(const Tensor& x, Tensor& out) = 0;
+  // x ← x of rank `root`
+  virtual void broadcast(Tensor& x, int root) = 0;
+};
+
+// `size` ranks in one process, one thread each, sharing one platform's memory (the CPU or one GPU):
+// the sharded math runs and is tested without several devices, at any TP size (NCCL refuses two
+// ranks on one GPU). Collectives meet at a barrier and combine through each rank's own Ops.
+class InProcessGroup {
+ public:
+  explicit InProcessGroup(int size);
+  ~InProcessGroup();
+  InProcessGroup(const InProcessGroup&) = delete;
+  InProcessGroup& operator=(const InProcessGroup&) = delete;
+  int size() const;
+  // The communicator of `rank`, combining through `ops` (used by that rank's thread only).
+  std::unique_ptr<Communicator> communicator(int rank, Ops& ops);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+}  // namespace mla

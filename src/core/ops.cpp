@@ -1,0 +1,31 @@
+// The Ops defaults: loading by plain copies (for platforms whose memory the host addresses) and
+// the residual add with the next RMSNorm as three steps.
+#include "mla/ops.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "mla/error.h"
+
+namespace mla {
+
+std::shared_ptr<void> Ops::alloc_staging(size_t bytes) {
+  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  if (!p) fail("{}: cannot allocate {} bytes of staging memory", name(), bytes);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+void Ops::upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot) {
+  if (dst.platform() != Platform::CPU) fail("{}: upload_async to a {} tensor", name(), platform_name(dst.platform()));
+  if (offset + n > dst.nbytes() || slot < 0 || slot >= kUploadSlots)
+    fail("{}: upload of {} bytes at {} into a tensor of {} bytes (slot {})", name(), n, offset, dst.nbytes(), slot);
+  std::memcpy(static_cast<char*>(dst.data()) + offset, host, n);
+}
+
+void Ops::add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, double eps) {
+  add(h, y);
+  copy(h, x);
+  rmsnorm(x, x.dim(-1), w, eps);
+}
+
+}  // namespace mla

@@ -1,0 +1,24 @@
+// moe_gemm.h — the CUDA platform's grouped expert GEMMs for bf16 (moe_gemm.cu): mma.sync tensor
+// cores, cp.async pipeline, over the plan of platform/gpu/moe.h.
+#pragma once
+#include <cstdint>
+
+#include "platform/gpu/moe.h"
+
+namespace mla::cuda {
+
+// Rows per tile the fast kernels take for n slots over E experts (16 at decode, 64 once experts
+// average enough rows); the plan must be made with the same count.
+int moe_fast_rows(int64_t n, int64_t E);
+// Shapes the fast kernels take: I and hidden multiples of 64.
+bool moe_fast_supports(int64_t I, int64_t hidden);
+
+// h[row, :I] = silu(gate_e · x_t) ⊙ (up_e · x_t) (products rounded to bf16), x[T, hidden] bf16,
+// gate / up [E, I, hidden] bf16, h [n, I] bf16 by plan row; t = slot / topk.
+void moe_gate_up_fast(const void* x, int topk, const gpu::MoePlan& plan, int64_t max_tiles, int bm,
+                      const void* gate, const void* up, int64_t I, int64_t hidden, void* h, cudaStream_t s);
+// y[row, :hidden] = down_e · h[row, :I], down [E, hidden, I] bf16, y [n, hidden] bf16.
+void moe_down_fast(const void* h, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* down,
+                   int64_t I, int64_t hidden, void* y, cudaStream_t s);
+
+}  // namespace mla::cuda

@@ -1,0 +1,260 @@
+// moe.cu — the shared MoE kernels (CUDA and HIP from this one source): the router (one block per
+// token, in double like route_tokens so the choice is the same), the plan grouping slots by expert
+// into row tiles, the portable grouped GEMMs (plain CUDA, no tensor cores: the ROCm platform's
+// path and every dtype's fallback) and the combine. No host round trip: grids come from host-known
+// bounds, the routing-dependent counts stay on the device.
+#include <cmath>
+
+#include "platform/gpu/elem.cuh"
+#include "platform/gpu/gpu_check.h"
+#include "platform/gpu/moe.h"
+
+namespace mla::gpu {
+namespace {
+
+constexpr int kRouteThreads = 256;
+
+// Rank of v[i] in the order route_tokens' top_k uses: larger first, ties the lower index first.
+__device__ __forceinline__ int rank_of(const double* v, int n, int i) {
+  const double x = v[i];
+  int r = 0;
+  for (int j = 0; j < n; ++j) r += (v[j] > x || (v[j] == x && j < i)) ? 1 : 0;
+  return r;
+}
+
+// Shared memory: scores[E], choice[E], group[G] (double), keep[G], chosen[K] (int).
+__global__ void moe_route_k(MoeRouteParams p) {
+  extern __shared__ double sm[];
+  const int E = p.E, G = p.n_group, K = p.K, t = blockIdx.x, tid = threadIdx.x;
+  double* scores = sm;
+  double* choice = scores + E;
+  double* group = choice + E;
+  int* keep = reinterpret_cast<int*>(group + G);
+  int* chosen = keep + G;
+  __shared__ double red;
+  const float* l = p.logits + size_t(t) * E;
+  for (int k = tid; k < K; k += blockDim.x) chosen[k] = -1;  // stays −1 only under NaN logits
+  if (p.sigmoid) {
+    for (int e = tid; e < E; e += blockDim.x) scores[e] = 1.0 / (1.0 + exp(-double(l[e])));
+    __syncthreads();
+  } else {
+    if (tid == 0) {
+      float m = l[0];
+      for (int e = 1; e < E; ++e) m = l[e] > m ? l[e] : m;
+      red = double(m);
+    }
+    __syncthreads();
+    for (int e = tid; e < E; e += blockDim.x) scores[e] = exp(double(l[e]) - red);
+    __syncthreads();
+    if (tid == 0) {  // in index order, as the host sums
+      double sum = 0;
+      for (int e = 0; e < E; ++e) sum += scores[e];
+      red = sum;
+    }
+    __syncthreads();
+    for (int e = tid; e < E; e += blockDim.x) scores[e] /= red;
+    __syncthreads();
+  }
+  for (int e = tid; e < E; e += blockDim.x) choice[e] = scores[e] + (p.bias ? double(p.bias[e]) : 0.0);
+  __syncthreads();
+  if (p.method != MoeTopk::Greedy) {
+    const int per = E / G;
+    for (int g = tid; g < G; g += blockDim.x) {
+      const double* v = choice + g * per;
+      if (p.method == MoeTopk::NoauxTc) {  // the sum of the group's top-2
+        double m1 = -INFINITY, m2 = -INFINITY;
+        for (int i = 0; i < per; ++i) {
+          if (v[i] > m1) m2 = m1, m1 = v[i];
+          else if (v[i] > m2) m2 = v[i];
+        }
+        group[g] = m1 + (per > 1 ? m2 : 0.0);
+      } else {  // the group's max
+        double m = v[0];
+        for (int i = 1; i < per; ++i) m = v[i] > m ? v[i] : m;
+        group[g] = m;
+      }
+    }
+    __syncthreads();
+    for (int g = tid; g < G; g += blockDim.x) keep[g] = rank_of(group, G, g) < p.topk_group;
+    __syncthreads();
+    for (int e = tid; e < E; e += blockDim.x)
+      if (!keep[e / per]) choice[e] = p.method == MoeTopk::NoauxTc ? -INFINITY : 0.0;  // as transformers masks
+    __syncthreads();
+  }
+  for (int e = tid; e < E; e += blockDim.x) {
+    const int r = rank_of(choice, E, e);
+    if (r < K) chosen[r] = e;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double sum = 0;
+    for (int k = 0; k < K; ++k) sum += chosen[k] >= 0 ? scores[chosen[k]] : 0.0;
+    for (int k = 0; k < K; ++k) {
+      const int e = chosen[k];
+      double w = e >= 0 ? scores[e] : 0.0;
+      if (p.norm_topk_prob && p.sigmoid) w /= sum + 1e-20;
+      p.expert[size_t(t) * K + k] = e;
+      p.weight[size_t(t) * K + k] = float(w * p.routed_scaling_factor);
+    }
+  }
+}
+
+constexpr int kAlignThreads = 1024;
+
+// One block: counts per expert, offsets, tiles, then each slot's row.
+__global__ void moe_align_k(const int32_t* expert, int n, int E, int bm, MoePlan plan) {
+  extern __shared__ int cnt[];  // [E] counts, then [E] cursors
+  int* cursor = cnt + E;
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < n; i += blockDim.x) {
+    const int e = expert[i];
+    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int off = 0, nt = 0;
+    for (int e = 0; e < E; ++e) {
+      plan.offsets[e] = off;
+      cursor[e] = off;
+      for (int r = 0; r < cnt[e]; r += bm) plan.tiles[2 * nt] = e, plan.tiles[2 * nt + 1] = off + r, ++nt;
+      off += cnt[e];
+    }
+    plan.offsets[E] = off;
+    *plan.num_tiles = nt;
+  }
+  __syncthreads();
+  for (int i = tid; i < n; i += blockDim.x) {
+    const int e = expert[i];
+    int r = -1;
+    if (e >= 0 && e < E) {
+      r = atomicAdd(&cursor[e], 1);
+      plan.rows[r] = i;
+    }
+    plan.pos[i] = r;
+  }
+}
+
+// The portable grouped GEMM: a block computes kMoeGenericRows rows × kGenN columns of one tile;
+// thread (r, c) sums its products over the reduction dimension in index order (f32).
+constexpr int kGenN = 64, kGenK = 32, kGenThreads = 256;
+constexpr int kGenCols = kGenN * kMoeGenericRows / kGenThreads;  // columns per thread (4)
+
+template <bool kGated>
+__global__ void moe_gemm_generic_k(const void* a, Elem ae, int topk, MoePlan plan, const void* w0, const void* w1,
+                                   Elem we, int64_t N, int64_t Kd, void* out, Elem oe) {
+  const int tile = blockIdx.x;
+  if (tile >= *plan.num_tiles) return;
+  constexpr int BM = kMoeGenericRows;
+  __shared__ float As[BM][kGenK];
+  __shared__ float Bs[kGated ? 2 : 1][kGenN][kGenK + 1];
+  const int e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+  const int nrows = min(BM, plan.offsets[e + 1] - r0);
+  const int64_t n0 = int64_t(blockIdx.y) * kGenN;
+  const int tid = threadIdx.x, r = tid / (kGenN / kGenCols), c0 = tid % (kGenN / kGenCols);
+  float acc[2][kGenCols] = {};
+  for (int64_t k0 = 0; k0 < Kd; k0 += kGenK) {
+    for (int i = tid; i < BM * kGenK; i += kGenThreads) {
+      const int rr = i / kGenK, kk = i % kGenK;
+      float v = 0.f;
+      if (rr < nrows && k0 + kk < Kd) {
+        const int64_t row = kGated ? plan.rows[r0 + rr] / topk : r0 + rr;  // x by token, h by plan row
+        v = load_elem(a, ae, size_t(row * Kd + k0 + kk));
+      }
+      As[rr][kk] = v;
+    }
+    for (int i = tid; i < kGenN * kGenK; i += kGenThreads) {
+      const int nn = i / kGenK, kk = i % kGenK;
+      const bool ok = n0 + nn < N && k0 + kk < Kd;
+      const size_t at = size_t((int64_t(e) * N + n0 + nn) * Kd + k0 + kk);
+      Bs[0][nn][kk] = ok ? load_elem(w0, we, at) : 0.f;
+      if constexpr (kGated) Bs[1][nn][kk] = ok ? load_elem(w1, we, at) : 0.f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kGenK; ++kk) {
+      const float x = As[r][kk];
+#pragma unroll
+      for (int j = 0; j < kGenCols; ++j) {
+        acc[0][j] += x * Bs[0][c0 + j * (kGenN / kGenCols)][kk];
+        if constexpr (kGated) acc[1][j] += x * Bs[1][c0 + j * (kGenN / kGenCols)][kk];
+      }
+    }
+    __syncthreads();
+  }
+  if (r >= nrows) return;
+#pragma unroll
+  for (int j = 0; j < kGenCols; ++j) {
+    const int64_t n = n0 + c0 + j * (kGenN / kGenCols);
+    if (n >= N) continue;
+    float v = acc[0][j];
+    if constexpr (kGated) {  // the products as the activation dtype stores them, then silu · up
+      const float g = round_as(v, oe), u = round_as(acc[1][j], oe);
+      v = g / (1.f + expf(-g)) * u;
+    }
+    store_elem(out, oe, size_t(int64_t(r0 + r) * N + n), v);
+  }
+}
+
+__global__ void moe_combine_k(const void* y, Elem ye, const int32_t* pos, const float* weight, int64_t T, int K,
+                              int64_t hidden, void* out, Elem oe) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(T * hidden)) return;
+  const int64_t t = int64_t(i / hidden), c = int64_t(i % hidden);
+  float acc = 0.f;
+  for (int k = 0; k < K; ++k) {
+    const int p = pos[t * K + k];
+    if (p >= 0) acc += weight[t * K + k] * load_elem(y, ye, size_t(int64_t(p) * hidden + c));
+  }
+  store_elem(out, oe, i, acc);
+}
+
+}  // namespace
+
+void moe_route(const MoeRouteParams& p, cudaStream_t s) {
+  if (p.T == 0) return;
+  const size_t smem = sizeof(double) * size_t(2 * p.E + p.n_group) + sizeof(int) * size_t(p.n_group + p.K);
+  moe_route_k<<<p.T, kRouteThreads, smem, s>>>(p);
+  MLA_GPU_LAUNCH_CHECK();
+}
+
+MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
+  MoePlan p;
+  p.offsets = words;
+  p.rows = p.offsets + (E + 1);
+  p.pos = p.rows + n;
+  p.tiles = p.pos + n;
+  p.num_tiles = p.tiles + 2 * moe_max_tiles(n, E, bm);
+  return p;
+}
+
+void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& plan, cudaStream_t s) {
+  moe_align_k<<<1, kAlignThreads, sizeof(int) * size_t(2 * E), s>>>(expert, int(n), E, bm, plan);
+  MLA_GPU_LAUNCH_CHECK();
+}
+
+void moe_gate_up_generic(const void* x, Elem xe, int topk, const MoePlan& plan, int64_t max_tiles, const void* gate,
+                         const void* up, Elem we, int64_t I, int64_t hidden, void* h, Elem he, cudaStream_t s) {
+  if (max_tiles == 0 || I == 0) return;
+  const dim3 grid(unsigned(max_tiles), unsigned((I + kGenN - 1) / kGenN));
+  moe_gemm_generic_k<true><<<grid, kGenThreads, 0, s>>>(x, xe, topk, plan, gate, up, we, I, hidden, h, he);
+  MLA_GPU_LAUNCH_CHECK();
+}
+
+void moe_down_generic(const void* h, Elem he, const MoePlan& plan, int64_t max_tiles, const void* down, Elem we,
+                      int64_t I, int64_t hidden, void* y, Elem ye, cudaStream_t s) {
+  if (max_tiles == 0 || hidden == 0) return;
+  const dim3 grid(unsigned(max_tiles), unsigned((hidden + kGenN - 1) / kGenN));
+  moe_gemm_generic_k<false><<<grid, kGenThreads, 0, s>>>(h, he, 1, plan, down, nullptr, we, hidden, I, y, ye);
+  MLA_GPU_LAUNCH_CHECK();
+}
+
+void moe_combine(const void* y, Elem ye, const int32_t* pos, const float* weight, int64_t T, int64_t K, int64_t hidden,
+                 void* out, Elem oe, cudaStream_t s) {
+  const size_t n = size_t(T * hidden);
+  if (n == 0) return;
+  moe_combine_k<<<blocks_for(n, 256), 256, 0, s>>>(y, ye, pos, weight, T, int(K), hidden, out, oe);
+  MLA_GPU_LAUNCH_CHECK();
+}
+
+}  // namespace mla::gpu

@@ -1,0 +1,307 @@
+// MoE on every platform present: Ops::moe_route against the host route_tokens (forced ties, V2
+// greedy / group_limited_greedy, V3 noaux_tc with bias), Ops::moe_experts against a naive f64
+// loop, batch invariance on the GPUs (a token alone and inside T = 37 and T = 128 batches gives
+// bit-identical rows), an expert with no rows, T = 0 and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "mla/error.h"
+#include "mla/moe.h"
+#include "mla/platform.h"
+#include "mla/platform_ops.h"
+
+namespace mla {
+namespace {
+
+struct Flavour {
+  const char* name;
+  Platform platform;
+  DType act;
+};
+const Flavour kFlavours[] = {
+    {"cpu_f64", Platform::CPU, DType::F64},    {"cpu_f32", Platform::CPU, DType::F32},
+    {"cpu_bf16", Platform::CPU, DType::BF16},  {"cuda_f32", Platform::CUDA, DType::F32},
+    {"cuda_bf16", Platform::CUDA, DType::BF16}, {"rocm_f32", Platform::ROCM, DType::F32},
+    {"rocm_bf16", Platform::ROCM, DType::BF16},
+};
+std::string flavour_name(const testing::TestParamInfo<Flavour>& i) { return i.param.name; }
+
+std::unique_ptr<Ops> ops_for(const Flavour& f) {
+  if (!platform_available(f.platform)) return nullptr;
+  return make_ops(f.platform, f.act);
+}
+#define MLA_OPS_OR_SKIP(ops, f)                                                                   \
+  std::unique_ptr<Ops> ops = ops_for(f);                                                          \
+  if (!ops) GTEST_SKIP() << "platform " << platform_name(f.platform) << " is not available here"
+
+Tensor host_f32(const std::vector<float>& v, Shape s) {
+  Tensor t = Tensor::host(DType::F32, std::move(s));
+  std::memcpy(t.data(), v.data(), v.size() * 4);
+  return t;
+}
+Tensor host_i32(const std::vector<int32_t>& v, Shape s) {
+  Tensor t = Tensor::host(DType::I32, std::move(s));
+  std::memcpy(t.data(), v.data(), v.size() * 4);
+  return t;
+}
+
+// ---- routing --------------------------------------------------------------------------------
+
+struct RouteCase {
+  const char* name;
+  MoeRouting r;
+  bool bias;
+};
+std::vector<RouteCase> route_cases() {
+  MoeRouting greedy;  // V2-Lite
+  greedy.n_routed_experts = 64, greedy.num_experts_per_tok = 6, greedy.routed_scaling_factor = 1.0;
+  MoeRouting limited;  // V2
+  limited.n_routed_experts = 160, limited.num_experts_per_tok = 6, limited.n_group = 8, limited.topk_group = 3;
+  limited.topk_method = "group_limited_greedy", limited.routed_scaling_factor = 16.0;
+  MoeRouting v3;  // V3
+  v3.n_routed_experts = 256, v3.num_experts_per_tok = 8, v3.n_group = 8, v3.topk_group = 4;
+  v3.scoring_func = "sigmoid", v3.topk_method = "noaux_tc", v3.norm_topk_prob = true, v3.routed_scaling_factor = 2.5;
+  return {{"v2_greedy", greedy, false}, {"v2_group_limited_greedy", limited, false}, {"v3_noaux_tc", v3, true}};
+}
+
+// Random logits with ties forced: whole tokens of equal logits, pairs of equal experts (their
+// biases equal too), and values repeated across groups.
+void random_logits(const MoeRouting& r, int64_t T, uint32_t seed, std::vector<float>& logits, std::vector<float>& bias,
+                   bool with_bias) {
+  const int64_t E = r.n_routed_experts;
+  std::mt19937 g(seed);
+  std::normal_distribution<float> n(0.f, 2.f);
+  logits.resize(size_t(T * E));
+  for (float& v : logits) v = n(g);
+  bias.clear();
+  if (with_bias) {
+    std::uniform_int_distribution<int> q(-8, 8);
+    for (int64_t e = 0; e < E; ++e) bias.push_back(float(q(g)) / 64.f);  // few distinct values
+  }
+  std::uniform_int_distribution<int64_t> pick(0, E - 1);
+  for (int64_t t = 0; t < T; ++t) {
+    float* l = &logits[size_t(t * E)];
+    if (t % 7 == 3) {  // every expert tied
+      std::fill(l, l + E, 0.25f);
+      continue;
+    }
+    for (int i = 0; i < E / 4; ++i) {  // many equal pairs, some of them the largest values
+      const int64_t a = pick(g), b = pick(g);
+      l[b] = l[a];
+      if (with_bias) bias[size_t(b)] = bias[size_t(a)];
+    }
+    const int64_t top = std::max_element(l, l + E) - l;
+    l[(top + E / 2) % E] = l[top];
+  }
+}
+
+class MoeRoute : public testing::TestWithParam<Flavour> {};
+
+TEST_P(MoeRoute, SameChoiceAsTheHostRouter) {
+  MLA_OPS_OR_SKIP(ops, GetParam());
+  const int64_t T = 97;
+  for (const RouteCase& c : route_cases()) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> logits, bias;
+    random_logits(c.r, T, 7, logits, bias, c.bias);
+    const int64_t E = c.r.n_routed_experts, K = c.r.num_experts_per_tok;
+    const Routing want = route_tokens(c.r, logits, bias, T);
+    Tensor dl = ops->upload(host_f32(logits, {T, E}));
+    Tensor db = c.bias ? ops->upload(host_f32(bias, {E})) : Tensor();
+    Tensor ex = ops->empty(DType::I32, {T, K}), w = ops->empty(DType::F32, {T, K});
+    ops->moe_route(dl, db, c.r, ex, w);
+    const Tensor hx = ops->download(ex), hw = ops->download(w);
+    double worst = 0;
+    for (int64_t i = 0; i < T * K; ++i) {
+      ASSERT_EQ(hx.ptr<int32_t>()[i], want.expert[size_t(i)]) << "token " << i / K << " k " << i % K;
+      worst = std::max(worst, std::abs(double(hw.ptr<float>()[i]) - want.weight[size_t(i)]) /
+                                  std::max(1e-30, std::abs(double(want.weight[size_t(i)]))));
+    }
+    // Both compute in double and round once to f32: at most an ulp of f32 apart (measured 0).
+    EXPECT_LE(worst, 1.2e-7) << "largest relative weight difference";
+    std::cout << "[ moe_route " << GetParam().name << " " << c.name << " ] max rel weight diff " << worst << "\n";
+  }
+}
+
+TEST_P(MoeRoute, NoTokensAndBadInput) {
+  MLA_OPS_OR_SKIP(ops, GetParam());
+  MoeRouting r = route_cases()[0].r;
+  Tensor l0 = ops->empty(DType::F32, {0, 64}), e0 = ops->empty(DType::I32, {0, 6}), w0 = ops->empty(DType::F32, {0, 6});
+  EXPECT_NO_THROW(ops->moe_route(l0, Tensor(), r, e0, w0));
+  Tensor l = ops->empty(DType::F32, {2, 63}), e = ops->empty(DType::I32, {2, 6}), w = ops->empty(DType::F32, {2, 6});
+  EXPECT_THROW(ops->moe_route(l, Tensor(), r, e, w), Error);  // 63 logits for 64 experts
+  r.num_experts_per_tok = 65;
+  Tensor l2 = ops->empty(DType::F32, {2, 64});
+  EXPECT_THROW(ops->moe_route(l2, Tensor(), r, e, w), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Platforms, MoeRoute, testing::ValuesIn(kFlavours), flavour_name);
+
+// ---- experts --------------------------------------------------------------------------------
+
+struct Experts {
+  int64_t E, I, H;
+  Tensor gate, up, down;  // host, in the activation dtype
+};
+Experts random_experts(int64_t E, int64_t I, int64_t H, DType act, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<double> n(0.0, 1.0);
+  auto make = [&](Shape s, double scale) {
+    int64_t c = 1;
+    for (int64_t d : s) c *= d;
+    std::vector<double> v(static_cast<size_t>(c));
+    for (double& x : v) x = n(g) * scale;
+    return Tensor::host_from(v, act, s);
+  };
+  return {E, I, H, make({E, I, H}, 1.0 / std::sqrt(double(H))), make({E, I, H}, 1.0 / std::sqrt(double(H))),
+          make({E, H, I}, 1.0 / std::sqrt(double(I)))};
+}
+Tensor random_x(int64_t T, int64_t H, DType act, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<double> n(0.0, 1.0);
+  std::vector<double> v(static_cast<size_t>(T * H));
+  for (double& x : v) x = n(g);
+  return Tensor::host_from(v, act, {T, H});
+}
+// K distinct experts per token, never `skip` (an expert with no rows); weights in (0.1, 1).
+void random_choice(int64_t T, int64_t K, int64_t E, int64_t skip, uint32_t seed, std::vector<int32_t>& ex,
+                   std::vector<float>& w) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(0.1f, 1.f);
+  ex.clear(), w.clear();
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> all;
+    for (int32_t e = 0; e < E; ++e)
+      if (e != skip) all.push_back(e);
+    std::shuffle(all.begin(), all.end(), g);
+    for (int64_t k = 0; k < K; ++k) ex.push_back(all[size_t(k)]), w.push_back(u(g));
+  }
+}
+
+// out[t] = Σ_k w · down_e(silu(gate_e x) ⊙ up_e x) in double from the stored values.
+std::vector<double> naive(const Tensor& x, const Experts& m, const std::vector<int32_t>& ex, const std::vector<float>& w,
+                          int64_t K) {
+  const int64_t T = x.dim(0), H = m.H, I = m.I;
+  const std::vector<double> xd = x.to_doubles(), g = m.gate.to_doubles(), u = m.up.to_doubles(), d = m.down.to_doubles();
+  std::vector<double> out(static_cast<size_t>(T * H), 0.0), h(static_cast<size_t>(I));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = ex[size_t(t * K + k)];
+      for (int64_t i = 0; i < I; ++i) {
+        double a = 0, b = 0;
+        for (int64_t j = 0; j < H; ++j) {
+          a += g[size_t((e * I + i) * H + j)] * xd[size_t(t * H + j)];
+          b += u[size_t((e * I + i) * H + j)] * xd[size_t(t * H + j)];
+        }
+        h[size_t(i)] = a / (1 + std::exp(-a)) * b;
+      }
+      for (int64_t j = 0; j < H; ++j) {
+        double s = 0;
+        for (int64_t i = 0; i < I; ++i) s += d[size_t((e * H + j) * I + i)] * h[size_t(i)];
+        out[size_t(t * H + j)] += double(w[size_t(t * K + k)]) * s;
+      }
+    }
+  return out;
+}
+
+class MoeExperts : public testing::TestWithParam<Flavour> {};
+
+// Largest |got − want| over the largest |want| (measured on the CPU: f64 1e-15, f32 2.3e-7, bf16 5.4e-3).
+double tolerance(DType act) { return act == DType::F64 ? 1e-14 : act == DType::F32 ? 2e-6 : 3e-2; }
+
+TEST_P(MoeExperts, MatchTheNaiveLoop) {
+  const Flavour f = GetParam();
+  MLA_OPS_OR_SKIP(ops, f);
+  struct Shape3 {
+    int64_t T, K, E, I, H;
+  };
+  // Multiples of 64 (the CUDA bf16 tensor-core path, 16- and 64-row tiles) and odd sizes (the portable path).
+  for (Shape3 s : {Shape3{37, 3, 8, 192, 128}, Shape3{150, 2, 4, 128, 64}, Shape3{5, 2, 6, 40, 72}}) {
+    SCOPED_TRACE(fmt::format("T {} K {} E {} I {} hidden {}", s.T, s.K, s.E, s.I, s.H));
+    const Experts m = random_experts(s.E, s.I, s.H, f.act, 11);
+    const Tensor x = random_x(s.T, s.H, f.act, 12);
+    std::vector<int32_t> ex;
+    std::vector<float> w;
+    random_choice(s.T, s.K, s.E, /*skip=*/1, 13, ex, w);
+    const std::vector<double> want = naive(x, m, ex, w, s.K);
+    Tensor out = ops->empty(f.act, {s.T, s.H});
+    ops->moe_experts(ops->upload(x), ops->upload(host_i32(ex, {s.T, s.K})), ops->upload(host_f32(w, {s.T, s.K})),
+                     ops->upload(m.gate), ops->upload(m.up), ops->upload(m.down), out);
+    const std::vector<double> got = ops->download(out).to_doubles();
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      err = std::max(err, std::abs(got[i] - want[i])), scale = std::max(scale, std::abs(want[i]));
+    EXPECT_LE(err / scale, tolerance(f.act));
+    std::cout << "[ moe_experts " << f.name << " T " << s.T << " I " << s.I << " ] max err / max |out| "
+              << err / scale << "\n";
+  }
+}
+
+TEST_P(MoeExperts, NoTokensAndBadInput) {
+  const Flavour f = GetParam();
+  MLA_OPS_OR_SKIP(ops, f);
+  const Experts m = random_experts(4, 64, 64, f.act, 1);
+  Tensor g = ops->upload(m.gate), u = ops->upload(m.up), d = ops->upload(m.down);
+  Tensor x0 = ops->empty(f.act, {0, 64}), e0 = ops->empty(DType::I32, {0, 2}), w0 = ops->empty(DType::F32, {0, 2});
+  Tensor o0 = ops->empty(f.act, {0, 64});
+  EXPECT_NO_THROW(ops->moe_experts(x0, e0, w0, g, u, d, o0));
+  Tensor x = ops->empty(f.act, {3, 64}), e = ops->empty(DType::I32, {3, 2}), w = ops->empty(DType::F32, {3, 2});
+  Tensor o = ops->empty(f.act, {3, 64}), o_bad = ops->empty(f.act, {3, 32});
+  EXPECT_THROW(ops->moe_experts(x, e, w, g, u, d, o_bad), Error);      // out is not [T, hidden]
+  Tensor u_bad = ops->empty(f.act, {4, 32, 64});
+  EXPECT_THROW(ops->moe_experts(x, e, w, g, u_bad, d, o), Error);      // up is not [E, I, hidden]
+  Tensor e_f = ops->empty(DType::F32, {3, 2});
+  EXPECT_THROW(ops->moe_experts(x, e_f, w, g, u, d, o), Error);        // expert ids must be i32
+}
+
+// A token's row alone, and inside T = 37 and T = 128 batches of other tokens: bit-identical.
+TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
+  const Flavour f = GetParam();
+  MLA_OPS_OR_SKIP(ops, f);
+  const int64_t E = 4, K = 2, I = 128, H = 192;  // T = 128: 64-row tiles on CUDA bf16; T ≤ 37: 16
+  const Experts m = random_experts(E, I, H, f.act, 21);
+  Tensor g = ops->upload(m.gate), u = ops->upload(m.up), d = ops->upload(m.down);
+  const Tensor xb = random_x(128, H, f.act, 22);
+  std::vector<int32_t> ex;
+  std::vector<float> w;
+  random_choice(128, K, E, -1, 23, ex, w);
+  const size_t es = dtype_size(f.act);
+  auto run = [&](const std::vector<int64_t>& tokens) {  // rows of xb, in this order
+    const int64_t T = int64_t(tokens.size());
+    Tensor x = Tensor::host(f.act, {T, H});
+    std::vector<int32_t> e;
+    std::vector<float> ww;
+    for (int64_t i = 0; i < T; ++i) {
+      std::memcpy(static_cast<char*>(x.data()) + size_t(i * H) * es,
+                  static_cast<const char*>(xb.data()) + size_t(tokens[size_t(i)] * H) * es, size_t(H) * es);
+      for (int64_t k = 0; k < K; ++k)
+        e.push_back(ex[size_t(tokens[size_t(i)] * K + k)]), ww.push_back(w[size_t(tokens[size_t(i)] * K + k)]);
+    }
+    Tensor out = ops->empty(f.act, {T, H});
+    ops->moe_experts(ops->upload(x), ops->upload(host_i32(e, {T, K})), ops->upload(host_f32(ww, {T, K})), g, u, d, out);
+    return ops->download(out);
+  };
+  std::vector<int64_t> all(128), first37(37);
+  for (int64_t i = 0; i < 128; ++i) all[size_t(i)] = 127 - i;  // reversed: other rows, other tiles
+  for (int64_t i = 0; i < 37; ++i) first37[size_t(i)] = (i * 5) % 128;
+  const Tensor big = run(all), mid = run(first37);
+  for (int64_t tok : {int64_t(0), int64_t(5), int64_t(90), int64_t(127)}) {
+    SCOPED_TRACE(fmt::format("token {}", tok));
+    const Tensor alone = run({tok});
+    const char* a = static_cast<const char*>(alone.data());
+    EXPECT_EQ(std::memcmp(a, static_cast<const char*>(big.data()) + size_t((127 - tok) * H) * es, size_t(H) * es), 0)
+        << "inside the T = 128 batch";
+    for (int64_t i = 0; i < 37; ++i)
+      if (first37[size_t(i)] == tok)
+        EXPECT_EQ(std::memcmp(a, static_cast<const char*>(mid.data()) + size_t(i * H) * es, size_t(H) * es), 0)
+            << "inside the T = 37 batch";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Platforms, MoeExperts, testing::ValuesIn(kFlavours), flavour_name);
+
+}  // namespace
+}  // namespace mla

@@ -1,0 +1,203 @@
+// mla bench-model — the whole model's speed against its rooflines, measured in one run: decode
+// steps at several batch sizes over a context, and one long prefill, beside the platform's own
+// copy bandwidth and GEMM throughput measured through the same Ops first. JSON on stdout.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "cli_util.h"
+#include "run_opts.h"
+
+namespace mla::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The platform's ceilings through its own Ops: a device-to-device copy (bytes read + written per
+// second) and a square GEMM in the activation dtype (FLOP per second); best of `reps`.
+struct Ceilings {
+  double copy_bytes_s = 0, gemm_flop_s = 0;
+};
+Ceilings measure_ceilings(Ops& ops, bool small, int reps) {
+  Ceilings c;
+  const DType act = ops.act_dtype();
+  const int64_t n = small ? (int64_t(1) << 24) : (int64_t(1) << 29);  // elements per copy
+  Tensor a = ops.empty(act, {n}), b = ops.empty(act, {n});
+  ops.fill_random(a, 1, 1.0);
+  ops.copy(a, b);
+  ops.synchronize();
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    ops.copy(a, b);
+    ops.synchronize();
+    c.copy_bytes_s = std::max(c.copy_bytes_s, 2.0 * double(a.nbytes()) / seconds_since(t0));
+  }
+  const int64_t m = small ? 1024 : 8192;
+  Tensor x = ops.empty(act, {m, m}), w = ops.empty(act, {m, m}), y = ops.empty(act, {m, m});
+  ops.fill_random(x, 2, 1.0);
+  ops.fill_random(w, 3, 1.0);
+  ops.linear(x, w, y);
+  ops.synchronize();
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    ops.linear(x, w, y);
+    ops.synchronize();
+    c.gemm_flop_s = std::max(c.gemm_flop_s, 2.0 * double(m) * m * m / seconds_since(t0));
+  }
+  return c;
+}
+
+// What one token costs the model: its weights by part, the expert share, attention per key.
+struct Costs {
+  double weight_bytes = 0;      // every weight as stored
+  double expert_bytes = 0;      // one routed expert of one layer
+  int64_t moe_layers = 0;
+  double embed_row_bytes = 0;   // one embedding row (a token reads one row of the table)
+  double params_per_token = 0;  // weights a token multiplies (K routed experts of E; no embedding)
+  double kv_row_bytes = 0;      // one cached token of every layer
+  double attn_flops_per_key = 0;  // per query and key, all layers (absorbed MLA: QK over the row, PV over the latent)
+};
+Costs model_costs(const ModelConfig& c, const Model& m, DType act, DType kv) {
+  Costs k;
+  const double es = double(dtype_size(act)), H = double(c.hidden_size());
+  k.weight_bytes = double(m.parameters()) * es;
+  const double expert = 3.0 * double(c.moe_intermediate_size) * H;
+  k.expert_bytes = expert * es;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) k.moe_layers += c.is_moe_layer(i);
+  k.embed_row_bytes = H * es;
+  k.params_per_token = double(m.parameters()) - double(c.vocab_size) * H -
+                       double(k.moe_layers) * double(c.n_routed_experts - c.num_experts_per_tok) * expert;
+  k.kv_row_bytes = double(c.num_hidden_layers) * double(c.attn.kv_row_dim()) * double(dtype_size(kv));
+  k.attn_flops_per_key = double(c.num_hidden_layers) * double(c.attn.num_attention_heads) * 2.0 *
+                         double(c.attn.kv_row_dim() + c.attn.kv_lora_rank);
+  return k;
+}
+
+}  // namespace
+
+void add_bench_model_command(CLI::App& app, int& rc) {
+  struct Opts : RunOpts {
+    std::string batches = "1,16,64,128";
+    int64_t context = 1024, steps = 16, prefill = 4096;
+    int reps = 5;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("bench-model", "Whole-model decode and prefill speed against the in-run rooflines (JSON)");
+  o->add(sub);
+  sub->add_option("--batch", o->batches, "decode batch sizes, comma-separated")->capture_default_str();
+  sub->add_option("--context", o->context, "tokens in each request's cache before decoding")->capture_default_str();
+  sub->add_option("--steps", o->steps, "timed decode steps per batch size")->capture_default_str();
+  sub->add_option("--prefill", o->prefill, "tokens of the timed one-request prefill (0: none)")->capture_default_str();
+  sub->add_option("--reps", o->reps, "repetitions of each ceiling measurement")->capture_default_str();
+  sub->callback([o, &rc] {
+    o->parse();
+    std::vector<int64_t> batches;
+    for (int64_t b : parse_int_list(o->batches, "--batch")) {
+      if (b <= 0) throw UsageError("--batch sizes must be positive");
+      batches.push_back(b);
+    }
+    if (o->context <= 0 || o->steps <= 0 || o->prefill < 0 || o->reps <= 0)
+      throw UsageError("--context, --steps and --reps must be positive, --prefill >= 0");
+    int64_t pool = o->prefill + 64;
+    for (int64_t b : batches) pool = std::max(pool, b * (o->context + o->steps + 2 + o->page_size));
+    Session s = open_session(*o, pool);
+    Ops& ops = *s.ops;
+    const ModelConfig& c = s.lm.config;
+    const bool small = ops.platform() == Platform::CPU;
+    const Ceilings ceil = measure_ceilings(ops, small, o->reps);
+    const Costs k = model_costs(c, *s.lm.model, o->act, o->kv);
+    nlohmann::json out;
+    out["model"] = o->model_name();
+    out["platform"] = ops.name();
+    out["kv_dtype"] = dtype_name(o->kv);
+    out["copy_GB_s"] = ceil.copy_bytes_s / 1e9;
+    out["gemm_TFLOP_s"] = ceil.gemm_flop_s / 1e12;
+    out["weights_GB"] = k.weight_bytes / 1e9;
+    std::fprintf(stderr, "mla bench-model: %s on %s; ceilings: copy %.0f GB/s, GEMM %.1f TFLOP/s\n",
+                 o->model_name().c_str(), ops.name().c_str(), ceil.copy_bytes_s / 1e9, ceil.gemm_flop_s / 1e12);
+    std::mt19937_64 rng(1);
+    auto random_ids = [&](int64_t n) {
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      for (int32_t& t : v) t = int32_t(rng() % uint64_t(c.vocab_size));
+      return v;
+    };
+    Engine& e = *s.engine;
+    for (int64_t B : batches) {
+      // Fill every request's cache with `context` tokens (untimed), in steps of up to 8192 tokens.
+      std::vector<StepRequest> fill;
+      std::vector<int32_t> last(static_cast<size_t>(B));
+      int64_t tokens = 0;
+      auto flush = [&] {
+        if (fill.empty()) return;
+        StepResult r = e.step(ForwardMode::EXTEND, fill, /*last_only=*/true, /*greedy=*/true);
+        for (size_t i = 0; i < fill.size(); ++i) last[size_t(fill[i].id - 1)] = r.greedy[i];
+        fill.clear(), tokens = 0;
+      };
+      for (int64_t r = 0; r < B; ++r) {
+        if (tokens + o->context > 8192) flush();
+        fill.push_back({RequestId(r + 1), random_ids(o->context)});
+        tokens += o->context;
+      }
+      flush();
+      std::vector<double> times;
+      for (int64_t step = 0; step < o->steps + 2; ++step) {  // two untimed warm-up steps
+        std::vector<StepRequest> d;
+        for (int64_t r = 0; r < B; ++r) d.push_back({RequestId(r + 1), {last[size_t(r)]}});
+        const auto t0 = Clock::now();
+        StepResult res = e.step(ForwardMode::DECODE, d, true, true);  // the ids come back: the step is done
+        const double t = seconds_since(t0);
+        if (step >= 2) times.push_back(t);
+        for (int64_t r = 0; r < B; ++r) last[size_t(r)] = res.greedy[size_t(r)];
+      }
+      for (int64_t r = 0; r < B; ++r) e.release(RequestId(r + 1));
+      const double step_s = median(times), ctx = double(o->context + o->steps / 2);
+      const double E = double(c.n_routed_experts), K = double(c.num_experts_per_tok);
+      const double touched = E > 0 ? E * (1.0 - std::pow(1.0 - K / E, double(B))) : 0;  // distinct experts per layer
+      const double bytes = k.weight_bytes - double(k.moe_layers) * (E - touched) * k.expert_bytes -
+                           double(c.vocab_size - B) * k.embed_row_bytes + double(B) * ctx * k.kv_row_bytes;
+      const double flops = 2.0 * k.params_per_token * double(B) + double(B) * ctx * k.attn_flops_per_key;
+      const double roof = std::max(bytes / ceil.copy_bytes_s, flops / ceil.gemm_flop_s);
+      nlohmann::json row{{"kind", "decode"}, {"batch", B}, {"context", o->context}, {"step_ms", step_s * 1e3},
+                         {"tokens_per_s", double(B) / step_s}, {"bytes_GB", bytes / 1e9}, {"GFLOP", flops / 1e9},
+                         {"roofline_ms", roof * 1e3}, {"x_roofline", step_s / roof}};
+      out["rows"].push_back(row);
+      std::fprintf(stderr, "  decode b%-4ld ctx %ld: %8.3f ms/step %9.1f tok/s   roofline %7.3f ms (%.2f GB, %.1f GFLOP)  %.2fx\n",
+                   long(B), long(o->context), step_s * 1e3, double(B) / step_s, roof * 1e3, bytes / 1e9, flops / 1e9,
+                   step_s / roof);
+    }
+    if (o->prefill > 0) {
+      std::vector<double> times;
+      for (int rep = 0; rep < 3; ++rep) {  // the first is a warm-up
+        const auto t0 = Clock::now();
+        e.step(ForwardMode::EXTEND, {{RequestId(1), random_ids(o->prefill)}}, true, true);
+        const double t = seconds_since(t0);
+        if (rep > 0) times.push_back(t);
+        e.release(RequestId(1));
+      }
+      const double t = median(times), n = double(o->prefill);
+      const double flops = 2.0 * k.params_per_token * n + n * n / 2 * double(c.num_hidden_layers) *
+                           double(c.attn.num_attention_heads) * 2.0 * double(c.attn.qk_head_dim() + c.attn.v_head_dim);
+      const double roof = std::max(flops / ceil.gemm_flop_s, k.weight_bytes / ceil.copy_bytes_s);
+      out["rows"].push_back({{"kind", "prefill"}, {"tokens", o->prefill}, {"ms", t * 1e3}, {"tokens_per_s", n / t},
+                             {"GFLOP", flops / 1e9}, {"roofline_ms", roof * 1e3}, {"x_roofline", t / roof}});
+      std::fprintf(stderr, "  prefill %ld tokens: %8.2f ms (%.0f tok/s)   roofline %.2f ms (%.0f GFLOP)  %.2fx\n",
+                   long(o->prefill), t * 1e3, n / t, roof * 1e3, flops / 1e9, t / roof);
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    rc = 0;
+  });
+}
+
+}  // namespace mla::cli
