@@ -39,6 +39,9 @@ gtest test_methods_rocm "$BUILD/bin/test_methods" --gtest_filter='Rocm/*'
 gtest test_oracle_rocm "$BUILD/bin/test_oracle" --gtest_filter='*rocm*'
 if [ -x "$BUILD/bin/test_rocm_gemm" ]; then gtest test_rocm_gemm "$BUILD/bin/test_rocm_gemm"
 else echo "gpu_check: $BUILD/bin/test_rocm_gemm is missing"; rc=1; fi
+# One device plan per step: a decode step copies its plan once and never waits; a layer gives the
+# same bits with and without a step (CUDA and ROCm).
+gtest test_step_plan "$BUILD/bin/test_step_plan"
 # MoE routing and experts on CUDA and on the ROCm kernels (rocm-on-cuda), batch invariance included.
 gtest test_moe "$BUILD/bin/test_moe" --gtest_filter='*cuda*:*rocm*'
 # NaN isolation and bad batches on every platform this GPU runs (CPU, CUDA, ROCm).

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -173,9 +174,18 @@ json bench_mha(const std::string& kind, int sq, int sk, bool causal, const Ceili
   return j;
 }
 
+json counters_json(const StepCounters& c) {
+  return {{"h2d", c.h2d_copies}, {"d2h", c.d2h_copies}, {"host_syncs", c.host_syncs},
+          {"decode_schedules", c.decode_schedules}};
+}
+
 // One whole DeepSeek-V3 attention layer through a platform's ops (bf16, bf16 KV, page 64), by the
 // method its default backend dispatches: the CUDA platform, or the ROCm twins on this GPU
 // (rocm-on-cuda, with `options` and `ds` choosing target, absorb format and fused-RoPE decode).
+// "us" and "counters": the layer alone, uploading its own arrays (no step); "step": the same layer
+// inside a step (Ops::begin_step: the plan on the device once), as each layer of a model's step
+// runs: its time per layer, the counts of the step's first layer (with the plan's copy) and of each
+// further layer, and the host time of begin_step + end_step.
 json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, int fresh, const Ceilings& c, int runs,
                  Platform platform = Platform::CUDA, const PlatformOptions& options = {},
                  const DispatchSettings& ds = {}) {
@@ -201,7 +211,37 @@ json bench_layer(const std::string& name, ForwardMode mode, int b, int prefix, i
     layer.forward(x, plan, pool, 0, m, ds);
     ops->synchronize();
   }, 1);
-  json j = {{"name", name}, {"us", us}, {"method", method_name(m)}, {"platform", platform_name(platform)}};
+  StepCounters c0 = ops->counters();
+  layer.forward(x, plan, pool, 0, m, ds);
+  const StepCounters alone = ops->counters() - c0;
+  ops->synchronize();
+
+  json step;
+  {
+    ops->begin_step(plan, pool);  // sizes the step's buffers (both pinned ones: two steps)
+    ops->end_step();
+    ops->begin_step(plan, pool);
+    ops->end_step();
+    ops->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    ops->begin_step(plan, pool);
+    ops->end_step();
+    step["begin_step_us"] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    ops->synchronize();
+    StepScope scope(*ops, plan, pool);
+    layer.forward(x, plan, pool, 0, m, ds);
+    const StepCounters first = ops->step_counters();
+    layer.forward(x, plan, pool, 0, m, ds);
+    step["first_layer"] = counters_json(first);
+    step["next_layer"] = counters_json(ops->step_counters() - first);
+    ops->synchronize();
+    step["us"] = time_us(s, runs, [&](int) {
+      layer.forward(x, plan, pool, 0, m, ds);
+      ops->synchronize();
+    }, 1);
+  }
+  json j = {{"name", name}, {"us", us}, {"method", method_name(m)}, {"platform", platform_name(platform)},
+            {"counters", counters_json(alone)}, {"step", step}};
   if (platform == Platform::ROCM) j["rocm"] = options.rocm.describe();
   (void)c;
   return j;
@@ -306,6 +346,13 @@ json run_bench(const BenchOptions& o) {
   cudaDeviceProp prop{};
   MLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int runs = o.quick ? 5 : o.runs;
+  if (o.layers_only) {  // the V3 layer rows alone (no ceilings: the layer rows report none)
+    json layers = json::array();
+    layers.push_back(bench_layer("layer decode b128 s4096 (V3)", ForwardMode::DECODE, 128, 4095, 1, {}, o.quick ? 3 : 10));
+    layers.push_back(bench_layer("layer prefill s4096 (V3)", ForwardMode::EXTEND, 1, 0, 4096, {}, o.quick ? 2 : 5));
+    cudaStreamDestroy(s);
+    return {{"device", prop.name}, {"sms", prop.multiProcessorCount}, {"layer", layers}};
+  }
   Ceilings c = measure_ceilings(s, runs);
   json out = {{"device", prop.name}, {"sms", prop.multiProcessorCount},
               {"ceilings", {{"copy_gbs", c.copy_gbs}, {"gemm_bf16_tflops", c.gemm_tflops}}}};

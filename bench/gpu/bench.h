@@ -13,6 +13,7 @@ struct BenchOptions {
   bool quick = false;  // fewer shapes and runs (a smoke test)
   int runs = 20;       // timed runs per row (median reported)
   bool rocm_only = false;  // only the ROCm-twins-vs-CUDA layer rows
+  bool layers_only = false;  // only the V3 layer rows (decode b128 s4096, prefill s4096)
   bool moe_only = false;   // only the MoE rows (route + experts on V2-Lite and V3 shapes)
 };
 nlohmann::json run_bench(const BenchOptions& o);

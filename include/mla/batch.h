@@ -62,8 +62,12 @@ struct BatchPlan {
   std::vector<int32_t> new_slots;      // [T] cache slots of the new tokens
   std::vector<int32_t> kv_slots;       // [Σ seq] slots of prefix + new tokens, request after request
   std::vector<int64_t> kv_start;       // per request: offset into kv_slots
-  AttnSegments new_only() const;       // new tokens attend to new tokens (causal)
-  AttnSegments prefix_and_new() const; // new tokens attend to prefix + new (causal, bottom-right)
+  // The two segment sets, built once by plan_batch: the same objects every layer (a platform that
+  // uploaded them for a step recognises them).
+  AttnSegments seg_new_only;           // new tokens attend to new tokens (causal)
+  AttnSegments seg_prefix_and_new;     // new tokens attend to prefix + new (causal, bottom-right)
+  const AttnSegments& new_only() const { return seg_new_only; }
+  const AttnSegments& prefix_and_new() const { return seg_prefix_and_new; }
 };
 
 // Validates the batch and its fit in the pool (every request reserved for prefix + new tokens).

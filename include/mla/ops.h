@@ -3,6 +3,7 @@
 // CPU reference flavour), natural log, −inf for a query that saw no key. Shapes: T new tokens, S key rows, H heads.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,23 @@
 #include "mla/weights.h"
 
 namespace mla {
+
+// What an Ops did between the host and the device: during a step (step_counters) or since it was
+// made (counters). The CPU does none of it and reports zeros.
+struct StepCounters {
+  int64_t h2d_copies = 0;        // host → device copies
+  int64_t d2h_copies = 0;        // device → host copies
+  // Waits of the host for the device: stream synchronizations, copies to the host, copies from
+  // pageable host memory (the runtime may wait for the stream before staging them), pinned-buffer
+  // waits and reallocations.
+  int64_t host_syncs = 0;
+  int64_t decode_schedules = 0;  // MLA decode split schedules computed (once per step and shape)
+
+  StepCounters operator-(const StepCounters& o) const {
+    return {h2d_copies - o.h2d_copies, d2h_copies - o.d2h_copies, host_syncs - o.host_syncs,
+            decode_schedules - o.decode_schedules};
+  }
+};
 
 class Ops {
  public:
@@ -42,6 +60,23 @@ class Ops {
   static constexpr int kUploadSlots = 4;
   virtual void upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot);
   virtual void wait_upload(int slot) {}
+
+  // ---- steps ----------------------------------------------------------------------------------
+  // One forward step over `plan` (every layer of a model, or one layer alone), between begin_step
+  // and end_step. A GPU platform checks the plan's slots against `pool` once, uploads the plan's
+  // per-step arrays (positions, slots, both segment sets, and the `extra` vectors: a model's token
+  // ids and logit rows; null entries are skipped) in one copy to a device buffer at a stable
+  // address, and resolves op calls given those same vectors to it. The plan, pool and extra
+  // vectors must outlive the step, unchanged. Throws Error (and opens no step) when a
+  // slot is outside the pool or a step is already open. Default: nothing to do.
+  virtual void begin_step(const BatchPlan& plan, const KVPool& pool,
+                          std::initializer_list<const std::vector<int32_t>*> extra = {}) {}
+  virtual void end_step() noexcept {}  // closes the open step, if any
+  // True inside a step over this plan and pool: its slots were checked against the pool.
+  virtual bool step_checked(const BatchPlan& plan, const KVPool& pool) const { return false; }
+  // The open step's counts so far, or the last closed step's; zeros on the CPU.
+  virtual StepCounters step_counters() const { return {}; }
+  virtual StepCounters counters() const { return {}; }  // since the Ops was made
 
   // ---- weights --------------------------------------------------------------------------------
   // A platform may keep the absorbed weights in its own packed form (ROCm: fp8, MXFP4, or a
@@ -132,6 +167,22 @@ class Ops {
   virtual void mla_attention(const Tensor& q, const KVPool& pool, int64_t layer,
                              const std::vector<int32_t>& kv_slots, const AttnSegments& seg,
                              int64_t kv_lora_rank, double scale, Tensor& o, Tensor& lse) = 0;
+};
+
+// Opens a step on construction and closes it on destruction, also when an Error unwinds.
+class StepScope {
+ public:
+  StepScope(Ops& ops, const BatchPlan& plan, const KVPool& pool,
+            std::initializer_list<const std::vector<int32_t>*> extra = {})
+      : ops_(ops) {
+    ops_.begin_step(plan, pool, extra);
+  }
+  ~StepScope() { ops_.end_step(); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  Ops& ops_;
 };
 
 }  // namespace mla

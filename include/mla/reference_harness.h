@@ -72,8 +72,10 @@ class LayerFixture {
   // (the absorbed methods are judged with the absorbed weights as the platform packs them) and
   // whether attention sees the new tokens' rows as the cache gives them back (see CacheRounding).
   const ReferenceResult& reference(ForwardMethod method = ForwardMethod::MHA);
-  // Runs `method` (nullopt: dispatch) on a fresh pool whose unused rows hold `fill`.
-  LayerRun run(std::optional<ForwardMethod> method, double fill);
+  // Runs `method` (nullopt: dispatch) on a fresh pool whose unused rows hold `fill`; with `in_step`
+  // the forward call runs inside a step over its plan (Ops::begin_step), as a model's layers do.
+  LayerRun run(std::optional<ForwardMethod> method, double fill, bool in_step = false);
+  Ops& ops() { return *ops_; }
   LayerErrors errors(const LayerRun& r);
 
  private:

@@ -142,32 +142,6 @@ int64_t AttnSegments::total_k() const {
   return n;
 }
 
-AttnSegments BatchPlan::new_only() const {
-  AttnSegments s;
-  s.causal = true;
-  for (size_t r = 0; r < batch.requests.size(); ++r) {
-    const int64_t n = batch.requests[r].new_len;
-    s.q_start.push_back(q_start[r]);
-    s.q_len.push_back(n);
-    s.k_start.push_back(q_start[r]);  // keys are the new-token rows, indexed like the queries
-    s.k_len.push_back(n);
-  }
-  return s;
-}
-
-AttnSegments BatchPlan::prefix_and_new() const {
-  AttnSegments s;
-  s.causal = true;
-  for (size_t r = 0; r < batch.requests.size(); ++r) {
-    const BatchRequest& req = batch.requests[r];
-    s.q_start.push_back(q_start[r]);
-    s.q_len.push_back(req.new_len);
-    s.k_start.push_back(kv_start[r]);  // rows of kv_slots
-    s.k_len.push_back(req.prefix_len + req.new_len);
-  }
-  return s;
-}
-
 BatchPlan plan_batch(const Batch& b, const KVPool& pool) {
   validate_batch(b);
   BatchPlan p;
@@ -192,6 +166,20 @@ BatchPlan plan_batch(const Batch& b, const KVPool& pool) {
     p.kv_start.push_back(int64_t(p.kv_slots.size()));
     pool.slots(r.id, 0, seq, p.kv_slots);
     q += r.new_len;
+  }
+  AttnSegments& a = p.seg_new_only;
+  AttnSegments& s = p.seg_prefix_and_new;
+  a.causal = s.causal = true;
+  for (size_t r = 0; r < b.requests.size(); ++r) {
+    const BatchRequest& req = b.requests[r];
+    a.q_start.push_back(p.q_start[r]);
+    a.q_len.push_back(req.new_len);
+    a.k_start.push_back(p.q_start[r]);  // keys are the new-token rows, indexed like the queries
+    a.k_len.push_back(req.new_len);
+    s.q_start.push_back(p.q_start[r]);
+    s.q_len.push_back(req.new_len);
+    s.k_start.push_back(p.kv_start[r]);  // rows of kv_slots
+    s.k_len.push_back(req.prefix_len + req.new_len);
   }
   return p;
 }

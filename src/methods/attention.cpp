@@ -74,8 +74,9 @@ AttentionOutput AttentionLayer::forward(const Tensor& x, const BatchPlan& plan, 
   if (layer < 0 || layer >= pool.config().num_layers)
     fail("layer {} is outside the KV pool's {} layers", layer, pool.config().num_layers);
   if (pool.buffer(layer).platform() != p) fail("the KV pool lives on {}, not {}", platform_name(pool.buffer(layer).platform()), platform_name(p));
-  for (int32_t s : plan.kv_slots)
-    if (s < 0 || s >= pool.num_slots()) fail("batch slot {} is outside the KV pool of {} slots", s, pool.num_slots());
+  if (!ops_.step_checked(plan, pool))  // a step over this plan checked its slots once
+    for (int32_t s : plan.kv_slots)
+      if (s < 0 || s >= pool.num_slots()) fail("batch slot {} is outside the KV pool of {} slots", s, pool.num_slots());
   if (settings.chunk_capacity <= 0) fail("chunk capacity must be positive (got {})", settings.chunk_capacity);
 
   MethodContext c{cfg_, w_, rope_, settings, ops_, pool, layer, plan, x, {}, {}, {}, {}};

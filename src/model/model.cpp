@@ -139,6 +139,7 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
     fail("KV pool has {} layers, the model {}", pool.config().num_layers, cfg_.num_hidden_layers);
   ModelOutput out;
   out.method = choose_method(plan.batch, opt);
+  const StepScope step(ops_, plan, pool, {&ids, logit_rows});  // the plan goes to the device once
   const DType act = ops_.act_dtype();
   Tensor h = ops_.empty(act, {T, Hd});  // [T, hidden] the residual stream
   ops_.gather_rows(embed_, ids, h);

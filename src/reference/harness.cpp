@@ -127,7 +127,7 @@ LayerFixture::LayerFixture(const LayerCase& c) : c_(c) {
   }
 }
 
-LayerRun LayerFixture::run(std::optional<ForwardMethod> method, double fill) {
+LayerRun LayerFixture::run(std::optional<ForwardMethod> method, double fill, bool in_step) {
   const AttentionConfig& cfg = c_.cfg;
   Ops& ops = *ops_;
   int64_t tokens = 0;
@@ -159,8 +159,11 @@ LayerRun LayerFixture::run(std::optional<ForwardMethod> method, double fill) {
   }
   Tensor x = ops.upload(Tensor::host_from(xn, ops.act_dtype(), {plan.num_tokens, cfg.hidden_size}));
   const auto t0 = std::chrono::steady_clock::now();
+  std::optional<StepScope> step;
+  if (in_step) step.emplace(ops, plan, pool);
   AttentionOutput o = method ? layer_->forward(x, plan, pool, 0, *method, c_.settings)
                              : layer_->forward(x, plan, pool, 0, c_.settings);
+  step.reset();
   ops.synchronize();
   const auto t1 = std::chrono::steady_clock::now();
   LayerRun run{o.method, ops.download(o.out).to_doubles(), ops.download(o.lse).to_doubles(), {},

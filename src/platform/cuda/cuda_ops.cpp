@@ -110,14 +110,35 @@ class CudaOps final : public GpuOps {
     MlaParams p = mla_params(q, pool, layer, kv_slots, seg, L, scale, o, lse);
     if (p.q_elem == Elem::BF16 && mla_fast_supports(p)) {
       p.ws = workspace(mla_fast_workspace_bytes(p.seg.total_q, p.num_heads, num_sms()));
-      mla_attention_fast(p);
+      mla_attention_fast(p, schedule(p, seg));
     } else {
       mla_attention_generic(p);
     }
   }
 
  private:
+  // The decode launch plan: inside a step, computed at the step's first layer for the plan's own
+  // segments and reused by its other layers (same step, segments, heads and workspace).
+  MlaDecodeSchedule schedule(const MlaParams& p, const AttnSegments& seg) {
+    const bool keep = step_open() && is_step_segments(seg);
+    if (keep && sched_.step == step_id() && sched_.seg == &seg && sched_.heads == p.num_heads &&
+        sched_.ws_bytes == p.ws.bytes && sched_.ws == p.ws.ptr)
+      return sched_.s;
+    count_decode_schedule();
+    const MlaDecodeSchedule s = mla_fast_schedule(p);
+    if (keep) sched_ = {step_id(), &seg, p.num_heads, p.ws.ptr, p.ws.bytes, s};
+    return s;
+  }
+
   cublasHandle_t blas_ = nullptr;
+  struct {
+    uint64_t step = 0;
+    const AttnSegments* seg = nullptr;
+    int32_t heads = 0;
+    void* ws = nullptr;
+    size_t ws_bytes = 0;
+    MlaDecodeSchedule s;
+  } sched_;
 };
 
 }  // namespace

@@ -83,26 +83,37 @@ bool mla_fast_supports(const MlaParams& p) {
   return true;
 }
 
-int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeTuning& tuning) {
+MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& tuning) {
   const DeviceSegments& sg = p.seg;
-  if (sg.num_requests <= 0 || sg.total_q <= 0) return 0;
+  MlaDecodeSchedule s;
+  if (sg.num_requests <= 0 || sg.total_q <= 0) return s;
   const int H = p.num_heads;
   const int64_t rows_total = int64_t(sg.total_q) * H;
   const int64_t max_rows = int64_t(sg.max_q_len) * H;  // packed rows of the largest request
   // ≤ 32 rows: swap-AB kernel with an N = 8/16/32 row tile; else 64-row tiles (variants: tuning).
-  const bool narrow = !tuning.use_mma_sync && (tuning.variant & 14) == 0 && max_rows <= 32;
-  const int tile_rows = !narrow ? kRows : max_rows <= 8 ? 8 : max_rows <= 16 ? 16 : 32;
-  const int row_tiles = int((max_rows + tile_rows - 1) / tile_rows);
-  if (row_tiles <= 0) return 0;
+  s.narrow = !tuning.use_mma_sync && (tuning.variant & 14) == 0 && max_rows <= 32;
+  s.tile_rows = !s.narrow ? kRows : max_rows <= 8 ? 8 : max_rows <= 16 ? 16 : 32;
+  s.row_tiles = int((max_rows + s.tile_rows - 1) / s.tile_rows);
+  if (s.row_tiles <= 0) return s;
   const int nk = (std::max(sg.max_k_len, 0) + kKeys - 1) / kKeys;
-  const int64_t units = int64_t(sg.num_requests) * row_tiles;
+  const int64_t units = int64_t(sg.num_requests) * s.row_tiles;
   const int num_sms = device_sms();
   const size_t per_split = size_t(rows_total) * (kDv + 1) * sizeof(float);
   const int64_t cap = p.ws.ptr ? std::min<int64_t>(kMaxSplits, int64_t(p.ws.bytes / per_split)) : 1;
-  int splits = tuning.force_splits > 0
-                   ? int(std::clamp<int64_t>(tuning.force_splits, 1, std::max<int64_t>(cap, 1)))
-                   : choose_splits(units, nk, num_sms, cap);
-  if (splits < 1) splits = 1;
+  s.splits = tuning.force_splits > 0
+                 ? int(std::clamp<int64_t>(tuning.force_splits, 1, std::max<int64_t>(cap, 1)))
+                 : choose_splits(units, nk, num_sms, cap);
+  if (s.splits < 1) s.splits = 1;
+  return s;
+}
+
+int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const MlaDecodeTuning& tuning) {
+  const DeviceSegments& sg = p.seg;
+  if (sg.num_requests <= 0 || sg.total_q <= 0 || s.row_tiles <= 0) return 0;
+  const int H = p.num_heads;
+  const int64_t rows_total = int64_t(sg.total_q) * H;
+  const bool narrow = s.narrow;
+  const int tile_rows = s.tile_rows, row_tiles = s.row_tiles, splits = s.splits;
 
   const bool fp8 = p.kv_elem == Elem::FP8_E4M3FN;
   KParams kp{};

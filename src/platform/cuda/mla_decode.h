@@ -34,8 +34,23 @@ struct MlaDecodeTuning {
   int32_t variant = 0;
 };
 
+// The launch plan of a batch: kernel, row tile and KV split count. It depends only on the host
+// fields of p.seg (requests, total and longest query and key lengths), the head count, the
+// workspace size and the tuning, so a step computes it once for all its layers.
+struct MlaDecodeSchedule {
+  bool narrow = false;  // swap-AB kernel (≤ 32 packed rows per request); else 64-row tiles
+  int32_t tile_rows = 0;
+  int32_t row_tiles = 0;  // 0: nothing to launch
+  int32_t splits = 1;
+};
+MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& tuning = {});
+
 // q [T, H, 576] bf16 · kv rows [slots, 576] (bf16 | fp8 × kv_scale) → o [T, H, 512], lse [T, H].
+// `s` must be mla_fast_schedule(p, tuning) for p's segment host fields, heads and workspace.
 // Returns the KV split count it launched (1: no combine; 0: nothing to do).
-int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeTuning& tuning = {});
+int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const MlaDecodeTuning& tuning = {});
+inline int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeTuning& tuning = {}) {
+  return mla_attention_fast(p, mla_fast_schedule(p, tuning), tuning);
+}
 
 }  // namespace mla::cuda

@@ -1,7 +1,10 @@
-// The GPU platforms' shared Ops: stream, device properties, dtype mapping (gpu_ops.h).
+// The GPU platforms' shared Ops: stream, device properties, dtype mapping, and the step's device
+// plan (gpu_ops.h).
 #include "platform/gpu/gpu_ops.h"
 
 #include <cstdlib>
+#include <cstdint>
+#include <cstring>
 
 namespace mla::gpu {
 
@@ -41,6 +44,10 @@ GpuOps::GpuOps(Platform platform, DType act) : platform_(platform), act_(act) {
 
 GpuOps::~GpuOps() {
   (void)cudaStreamSynchronize(stream_);
+  for (int i = 0; i < 2; ++i) {
+    if (pinned_[i]) (void)cudaFreeHost(pinned_[i]);
+    if (pinned_copied_[i]) (void)cudaEventDestroy(pinned_copied_[i]);
+  }
   for (cudaEvent_t e : upload_events_)
     if (e) (void)cudaEventDestroy(e);
 }
@@ -65,7 +72,133 @@ void GpuOps::wait_upload(int slot) {
   if (cudaEvent_t e = upload_events_[size_t(slot)]) MLA_GPU_CHECK(cudaEventSynchronize(e));
 }
 
-void GpuOps::synchronize() { MLA_GPU_CHECK(cudaStreamSynchronize(stream_)); }
+void GpuOps::synchronize() {
+  ++total_.host_syncs;
+  MLA_GPU_CHECK(cudaStreamSynchronize(stream_));
+}
+
+const double* GpuOps::doubles(const std::vector<double>& v) {
+  for (const auto& [host, dev] : tables_)
+    if (host == v) return static_cast<const double*>(dev.data());
+  if (tables_.size() >= 16) return static_cast<const double*>(stage(v.data(), v.size() * 8, 9));
+  Tensor dev = empty(DType::I32, {int64_t(2 * v.size())});  // [2·n] I32 holding n doubles
+  if (!v.empty()) {
+    MLA_GPU_CHECK(cudaMemcpyAsync(dev.data(), v.data(), v.size() * 8, cudaMemcpyHostToDevice, stream_));
+    ++total_.h2d_copies, ++total_.host_syncs;  // from pageable memory
+  }
+  tables_.emplace_back(v, dev);
+  return static_cast<const double*>(dev.data());
+}
+
+// Layout of the device plan (int32): positions [T], new_slots [T], the extra vectors, each
+// segment set as q_start, q_len, k_start, k_len [n each], then kv_slots [Σ seq] last: for a fixed
+// batch size every array but kv_slots keeps its device address from step to step.
+void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
+                        std::initializer_list<const std::vector<int32_t>*> extra) {
+  if (step_open_) fail("{}: a step is already open (end_step first)", platform_name(platform_));
+  // Everything that can fail comes before any state changes.
+  const int64_t num_slots = pool.num_slots();
+  for (const std::vector<int32_t>* v : {&plan.kv_slots, &plan.new_slots})
+    for (int32_t s : *v)
+      if (s < 0 || s >= num_slots) fail("batch slot {} is outside the KV pool of {} slots", s, num_slots);
+  const AttnSegments* sets[2] = {&plan.new_only(), &plan.prefix_and_new()};
+  for (const AttnSegments* seg : sets) {
+    const size_t n = seg->q_len.size();
+    if (seg->q_start.size() != n || seg->k_start.size() != n || seg->k_len.size() != n)
+      fail("{} step: the plan's segment arrays differ in length", platform_name(platform_));
+    for (size_t r = 0; r < n; ++r)
+      if (seg->q_start[r] < 0 || seg->q_len[r] < 0 || seg->k_start[r] < 0 || seg->k_len[r] < 0 ||
+          seg->q_start[r] + seg->q_len[r] > INT32_MAX || seg->k_start[r] + seg->k_len[r] > INT32_MAX)
+        fail("{} step: segment {} of the plan is negative or outside the int32 range", platform_name(platform_), r);
+  }
+
+  const StepCounters start = total_;
+  std::vector<StepArray> arrays;
+  size_t total = 0;
+  auto add = [&](const std::vector<int32_t>& v) {
+    arrays.push_back({&v, v.data(), v.size(), total});
+    total += v.size();
+  };
+  add(plan.positions);
+  add(plan.new_slots);
+  for (const std::vector<int32_t>* v : extra)
+    if (v) add(*v);
+  StepSegments segs[2];
+  for (int i = 0; i < 2; ++i) {
+    const AttnSegments& seg = *sets[i];
+    StepSegments& s = segs[i];
+    s.seg = &seg, s.n = seg.q_len.size(), s.offset = total;
+    s.dev = DeviceSegments{nullptr, nullptr, nullptr, nullptr, int32_t(s.n), 0, 0, 0, seg.causal};
+    for (size_t r = 0; r < s.n; ++r) {
+      s.q_end = std::max(s.q_end, seg.q_start[r] + seg.q_len[r]);
+      s.k_end = std::max(s.k_end, seg.k_start[r] + seg.k_len[r]);
+      s.dev.max_q_len = std::max(s.dev.max_q_len, int32_t(seg.q_len[r]));
+      s.dev.max_k_len = std::max(s.dev.max_k_len, int32_t(seg.k_len[r]));
+      s.dev.total_q += int32_t(seg.q_len[r]);
+    }
+    total += 4 * s.n;
+  }
+  add(plan.kv_slots);
+
+  // The pinned buffer of this turn: its previous copy (two steps ago) is normally long done.
+  const int turn = pinned_turn_ ^ 1;
+  if (!pinned_copied_[turn]) MLA_GPU_CHECK(cudaEventCreateWithFlags(&pinned_copied_[turn], cudaEventDisableTiming));
+  const cudaError_t q = cudaEventQuery(pinned_copied_[turn]);
+  if (q == cudaErrorNotReady) {
+    ++total_.host_syncs;
+    MLA_GPU_CHECK(cudaEventSynchronize(pinned_copied_[turn]));
+  } else {
+    MLA_GPU_CHECK(q);
+  }
+  if (pinned_ints_[turn] < std::max<size_t>(total, 1)) {
+    const size_t cap = std::max<size_t>(total + total / 2, 1024);
+    if (pinned_[turn]) {
+      ++total_.host_syncs;  // freeing pinned memory waits for the device
+      MLA_GPU_CHECK(cudaFreeHost(pinned_[turn]));
+      pinned_[turn] = nullptr, pinned_ints_[turn] = 0;
+    }
+    void* p = nullptr;
+    MLA_GPU_CHECK(cudaMallocHost(&p, cap * 4));
+    pinned_[turn] = static_cast<int32_t*>(p), pinned_ints_[turn] = cap;
+  }
+  if (!step_dev_.defined() || size_t(step_dev_.numel()) < std::max<size_t>(total, 1))
+    step_dev_ = empty(DType::I32, {int64_t(std::max<size_t>(total + total / 2, 1024))});
+
+  int32_t* h = pinned_[turn];
+  for (const StepArray& a : arrays)
+    if (a.size) std::memcpy(h + a.offset, a.data, a.size * 4);
+  for (int i = 0; i < 2; ++i) {
+    const AttnSegments& seg = *sets[i];
+    const size_t n = segs[i].n;
+    int32_t* d = h + segs[i].offset;
+    for (size_t r = 0; r < n; ++r) {
+      d[r] = int32_t(seg.q_start[r]), d[n + r] = int32_t(seg.q_len[r]);
+      d[2 * n + r] = int32_t(seg.k_start[r]), d[3 * n + r] = int32_t(seg.k_len[r]);
+    }
+  }
+  if (total) {
+    MLA_GPU_CHECK(cudaMemcpyAsync(step_dev_.data(), h, total * 4, cudaMemcpyHostToDevice, stream_));
+    ++total_.h2d_copies;
+  }
+  MLA_GPU_CHECK(cudaEventRecord(pinned_copied_[turn], stream_));
+  pinned_turn_ = turn;
+
+  step_arrays_ = std::move(arrays);
+  step_segs_[0] = segs[0], step_segs_[1] = segs[1];
+  step_plan_ = &plan, step_pool_ = &pool, step_pool_slots_ = num_slots;
+  step_start_ = start;  // the plan's copy (and any wait for a pinned buffer) belongs to the step
+  ++step_id_;
+  step_open_ = true;
+}
+
+void GpuOps::end_step() noexcept {
+  if (!step_open_) return;
+  last_step_ = total_ - step_start_;
+  step_open_ = false;
+  step_plan_ = nullptr, step_pool_ = nullptr;
+  step_arrays_.clear();
+  step_segs_[0] = step_segs_[1] = StepSegments{};
+}
 
 void GpuOps::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& expert, Tensor& weight) {
   r.validate();

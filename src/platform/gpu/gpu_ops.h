@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mla/error.h"
 #include "mla/ops.h"
@@ -32,6 +34,17 @@ class GpuOps : public Ops {
   DType act_dtype() const override { return act_; }
   void synchronize() override;
   cudaStream_t stream() const { return stream_; }
+
+  // The step's device plan (gpu_ops.cpp): one pinned host buffer (two, alternating, so that a
+  // step never waits for the previous step's copy), one device buffer, one copy per step.
+  void begin_step(const BatchPlan& plan, const KVPool& pool,
+                  std::initializer_list<const std::vector<int32_t>*> extra) override;
+  void end_step() noexcept override;
+  bool step_checked(const BatchPlan& plan, const KVPool& pool) const override {
+    return step_open_ && &plan == step_plan_ && &pool == step_pool_ && pool.num_slots() == step_pool_slots_;
+  }
+  StepCounters step_counters() const override { return step_open_ ? total_ - step_start_ : last_step_; }
+  StepCounters counters() const override { return total_; }
   int num_sms() const { return num_sms_; }
 
   Tensor empty(DType dtype, Shape shape) override {
@@ -53,11 +66,13 @@ class GpuOps : public Ops {
     expect(host.platform() == Platform::CPU, "upload", "source is not a host tensor");
     Tensor t = empty(host.dtype(), host.shape());
     MLA_GPU_CHECK(cudaMemcpyAsync(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+    ++total_.h2d_copies, ++total_.host_syncs;  // from pageable memory
     return t;
   }
   Tensor download(const Tensor& t) override {
     Tensor h = Tensor::host(t.dtype(), t.shape());
     MLA_GPU_CHECK(cudaMemcpyAsync(h.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    ++total_.d2h_copies;
     synchronize();
     return h;
   }
@@ -201,13 +216,25 @@ class GpuOps : public Ops {
   void* stage(const void* data, size_t bytes, int slot) {
     Tensor& t = scratch_[slot];
     if (!t.defined() || t.nbytes() < bytes) t = empty(DType::I32, {int64_t(std::max<size_t>(bytes, 64) / 4 * 2)});
-    if (bytes) MLA_GPU_CHECK(cudaMemcpyAsync(t.data(), data, bytes, cudaMemcpyHostToDevice, stream_));
+    if (bytes) {
+      MLA_GPU_CHECK(cudaMemcpyAsync(t.data(), data, bytes, cudaMemcpyHostToDevice, stream_));
+      ++total_.h2d_copies, ++total_.host_syncs;  // from pageable memory
+    }
     return t.data();
   }
+  // A vector of the open step's plan resolves to its device copy; anything else is staged.
   const int32_t* ints(const std::vector<int32_t>& v, int slot) {
+    if (const int32_t* d = step_ints(v)) return d;
     return static_cast<const int32_t*>(stage(v.data(), v.size() * 4, slot));
   }
-  const double* doubles(const std::vector<double>& v) { return static_cast<const double*>(stage(v.data(), v.size() * 8, 9)); }
+  const int32_t* step_ints(const std::vector<int32_t>& v) const {
+    if (step_open_)
+      for (const StepArray& a : step_arrays_)
+        if (a.vec == &v && a.data == v.data() && a.size == v.size()) return step_dev_ptr() + a.offset;
+    return nullptr;
+  }
+  // Constant tables (RoPE inverse frequencies): uploaded once per distinct content, then reused.
+  const double* doubles(const std::vector<double>& v);
   const float* floats(const std::vector<float>& v) { return static_cast<const float*>(stage(v.data(), v.size() * 4, 8)); }
   Workspace workspace(size_t bytes) {
     Tensor& t = scratch_[20];
@@ -224,6 +251,14 @@ class GpuOps : public Ops {
   MoePlan moe_plan(const Tensor& expert, const MoeShape& m, int bm, Tensor& keep);
   DeviceSegments segments(const AttnSegments& seg, int64_t nq, int64_t nk) {
     const size_t n = seg.q_len.size();
+    if (const StepSegments* s = step_segments(seg)) {  // checked in begin_step but for nq / nk
+      expect(s->q_end <= nq && s->k_end <= nk, "attention",
+             fmt::format("a segment ends at query {} / key {}, outside {} queries / {} keys", s->q_end, s->k_end, nq, nk));
+      DeviceSegments d = s->dev;
+      const int32_t* base = step_dev_ptr() + s->offset;
+      d.q_start = base, d.q_len = base + n, d.k_start = base + 2 * n, d.k_len = base + 3 * n;
+      return d;
+    }
     expect(seg.q_start.size() == n && seg.k_start.size() == n && seg.k_len.size() == n, "attention", "segment arrays differ");
     std::vector<int32_t> all(4 * n);
     int32_t max_q = 0, max_k = 0, total_q = 0;
@@ -239,7 +274,9 @@ class GpuOps : public Ops {
     const int32_t* d = ints(all, 4);
     return {d, d + n, d + 2 * n, d + 3 * n, int32_t(n), max_q, max_k, total_q, seg.causal};
   }
-  static void check_slots(const KVPool& pool, const std::vector<int32_t>& slots, const char* op) {
+  // Slots of the open step's plan were checked against its pool in begin_step.
+  void check_slots(const KVPool& pool, const std::vector<int32_t>& slots, const char* op) const {
+    if (step_ints(slots) && &pool == step_pool_ && pool.num_slots() == step_pool_slots_) return;
     for (int32_t s : slots)
       if (s < 0 || s >= pool.num_slots()) fail("gpu {}: slot {} is outside the pool of {} slots", op, s, pool.num_slots());
   }
@@ -263,7 +300,33 @@ class GpuOps : public Ops {
                      int32_t(D), int32_t(L), float(scale), o.data(), elem_of(o.dtype()), lse.ptr<float>(), {}, stream_};
   }
 
+  // The open step: its number (each begin_step counts one), and whether `seg` is one of its plan's
+  // segment sets (per-step launch choices may then be kept for the step).
+  bool step_open() const { return step_open_; }
+  uint64_t step_id() const { return step_id_; }
+  bool is_step_segments(const AttnSegments& seg) const { return step_segments(seg) != nullptr; }
+  void count_decode_schedule() { ++total_.decode_schedules; }
+
  private:
+  struct StepArray {   // a vector of the plan, at `offset` ints into the device plan
+    const void* vec;
+    const void* data;
+    size_t size, offset;
+  };
+  struct StepSegments {  // a segment set of the plan: 4·n ints at `offset`, host fields in dev
+    const AttnSegments* seg = nullptr;
+    size_t n = 0, offset = 0;
+    int64_t q_end = 0, k_end = 0;  // max over requests of q_start + q_len, k_start + k_len
+    DeviceSegments dev{};
+  };
+  const StepSegments* step_segments(const AttnSegments& seg) const {
+    if (step_open_)
+      for (const StepSegments& s : step_segs_)
+        if (s.seg == &seg && s.n == seg.q_len.size()) return &s;
+    return nullptr;
+  }
+  const int32_t* step_dev_ptr() const { return static_cast<const int32_t*>(step_dev_.data()); }
+
   Platform platform_;
   DType act_;
   std::shared_ptr<StreamObject> stream_owner_;
@@ -271,6 +334,21 @@ class GpuOps : public Ops {
   int num_sms_ = 0;
   bool poison_ = false;
   std::map<int, Tensor> scratch_;
+  std::vector<std::pair<std::vector<double>, Tensor>> tables_;  // doubles(): content → device copy
+
+  bool step_open_ = false;
+  uint64_t step_id_ = 0;
+  const BatchPlan* step_plan_ = nullptr;
+  const KVPool* step_pool_ = nullptr;
+  int64_t step_pool_slots_ = 0;
+  std::vector<StepArray> step_arrays_;
+  StepSegments step_segs_[2];
+  int32_t* pinned_[2] = {nullptr, nullptr};  // cudaMallocHost, alternating between steps
+  size_t pinned_ints_[2] = {0, 0};
+  cudaEvent_t pinned_copied_[2] = {nullptr, nullptr};  // the copy out of pinned_[i] finished
+  int pinned_turn_ = 0;
+  Tensor step_dev_;  // [capacity] I32: the device plan; its address changes only when it grows
+  StepCounters total_, step_start_, last_step_;
   std::array<cudaEvent_t, kUploadSlots> upload_events_{};  // the last copy of each upload slot
 };
 
