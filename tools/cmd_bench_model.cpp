@@ -152,13 +152,20 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       }
       flush();
       std::vector<double> times;
+      StepCounters counted;  // over the timed steps
       for (int64_t step = 0; step < o->steps + 2; ++step) {  // two untimed warm-up steps
         std::vector<StepRequest> d;
         for (int64_t r = 0; r < B; ++r) d.push_back({RequestId(r + 1), {last[size_t(r)]}});
+        const StepCounters c0 = ops.counters();
         const auto t0 = Clock::now();
         StepResult res = e.step(ForwardMode::DECODE, d, true, true);  // the ids come back: the step is done
         const double t = seconds_since(t0);
-        if (step >= 2) times.push_back(t);
+        if (step >= 2) {
+          times.push_back(t);
+          const StepCounters dc = ops.counters() - c0;
+          counted.h2d_copies += dc.h2d_copies, counted.d2h_copies += dc.d2h_copies;
+          counted.host_syncs += dc.host_syncs;
+        }
         for (int64_t r = 0; r < B; ++r) last[size_t(r)] = res.greedy[size_t(r)];
       }
       for (int64_t r = 0; r < B; ++r) e.release(RequestId(r + 1));
@@ -171,11 +178,18 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       const double roof = std::max(bytes / ceil.copy_bytes_s, flops / ceil.gemm_flop_s);
       nlohmann::json row{{"kind", "decode"}, {"batch", B}, {"context", o->context}, {"step_ms", step_s * 1e3},
                          {"tokens_per_s", double(B) / step_s}, {"bytes_GB", bytes / 1e9}, {"GFLOP", flops / 1e9},
-                         {"roofline_ms", roof * 1e3}, {"x_roofline", step_s / roof}};
+                         {"roofline_ms", roof * 1e3}, {"x_roofline", step_s / roof},
+                         // per step, the whole engine step (the final id download included)
+                         {"h2d_copies", double(counted.h2d_copies) / double(o->steps)},
+                         {"d2h_copies", double(counted.d2h_copies) / double(o->steps)},
+                         {"host_syncs", double(counted.host_syncs) / double(o->steps)}};
       out["rows"].push_back(row);
-      std::fprintf(stderr, "  decode b%-4ld ctx %ld: %8.3f ms/step %9.1f tok/s   roofline %7.3f ms (%.2f GB, %.1f GFLOP)  %.2fx\n",
+      std::fprintf(stderr,
+                   "  decode b%-4ld ctx %ld: %8.3f ms/step %9.1f tok/s   roofline %7.3f ms (%.2f GB, %.1f GFLOP)  %.2fx"
+                   "   per step: %.1f H2D, %.1f D2H, %.1f host syncs\n",
                    long(B), long(o->context), step_s * 1e3, double(B) / step_s, roof * 1e3, bytes / 1e9, flops / 1e9,
-                   step_s / roof);
+                   step_s / roof, double(counted.h2d_copies) / double(o->steps),
+                   double(counted.d2h_copies) / double(o->steps), double(counted.host_syncs) / double(o->steps));
     }
     if (o->prefill > 0) {
       std::vector<double> times;
