@@ -299,7 +299,8 @@ TEST_P(CudaSchedulerTest, SixteenRequestsMatchEachAloneWithinRounding) {
   }
   std::printf("  %s %s: worst relative L2 of a request's logits in a batch against alone: %.2e\n", model,
               std::string(dtype_name(act)).c_str(), worst);
-  EXPECT_LT(worst, act == DType::BF16 ? 2e-2 : 1e-5);
+  // Measured on the H200: 8.3e-7 (f32), 0 (bf16: the same bits as alone).
+  EXPECT_LT(worst, act == DType::BF16 ? 1e-6 : 5e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaSchedulerTest,

@@ -21,7 +21,7 @@ namespace mla::cli {
 void add_serve_command(CLI::App& app, int& rc) {
   struct Opts : RunOpts {
     std::string tokenizer, host = "127.0.0.1", api_key, name, port_file, policy = "fcfs";
-    int port = 8000, http_threads = 64;
+    int port = 8000, http_threads = 0;
     int64_t max_queue = 1024, kv_tokens = 65536, token_budget = 2048, prefill_chunk = 512, max_running = 64,
             max_choices = 16;
     bool no_prefix_cache = false;
@@ -44,14 +44,15 @@ void add_serve_command(CLI::App& app, int& rc) {
   sub->add_option("--max-n", o->max_choices, "largest n (choices) per request")->capture_default_str();
   sub->add_option("--policy", o->policy, "fcfs | lpm (longest prefix match first)")->capture_default_str();
   sub->add_flag("--no-prefix-cache", o->no_prefix_cache, "disable the radix prefix cache");
-  sub->add_option("--http-threads", o->http_threads, "connections served at once")->capture_default_str();
+  sub->add_option("--http-threads", o->http_threads,
+                  "connections served at once (default: --max-running + 64; a stream holds one for its whole life)");
   sub->callback([o, &rc] {
     o->parse();
     if (o->port < 0 || o->port > 65535) throw UsageError("--port must be in [0, 65535]");
     if (o->max_queue < 0 || o->kv_tokens <= 0 || o->token_budget <= 0 || o->prefill_chunk < 0 || o->max_running <= 0 ||
-        o->max_choices <= 0 || o->http_threads <= 0)
+        o->max_choices <= 0 || o->http_threads < 0)
       throw UsageError("--max-queue, --prefill-chunk must be >= 0; --kv-tokens, --token-budget, --max-running, "
-                       "--max-n and --http-threads > 0");
+                       "--max-n > 0; --http-threads >= 0");
     engine::SchedulerOptions so;
     so.token_budget = o->token_budget;
     so.prefill_chunk = o->prefill_chunk;
@@ -83,7 +84,9 @@ void add_serve_command(CLI::App& app, int& rc) {
     opt.host = o->host;
     opt.port = o->port;
     opt.api_key = o->api_key;
-    opt.http_threads = o->http_threads;
+    // Each open stream holds an HTTP thread: fewer threads than running sequences would leave
+    // connections waiting in the HTTP queue, unseen by the scheduler.
+    opt.http_threads = o->http_threads > 0 ? o->http_threads : int(o->max_running) + 64;
     opt.model_name = o->name;
     if (opt.model_name.empty()) opt.model_name = o->model_name();
     server::Server srv(*service, text.get(), opt);
