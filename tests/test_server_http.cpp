@@ -176,6 +176,25 @@ TEST(ServerHttp, StopStringsThroughTheEngineCallback) {
   EXPECT_EQ(l["usage"]["completion_tokens"], 5);
 }
 
+// 256 clients at once (a load generator's burst): every connection is served. cpp-httplib's own
+// listen backlog of 5 reset some of them; the server raises it.
+TEST(ServerHttp, ABurstOfClientsIsServedWhole) {
+  Running r("Hello world.");
+  const int n = 256;
+  std::atomic<int> ok{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < n; ++i)
+    clients.emplace_back([&] {
+      while (!go) std::this_thread::yield();
+      auto res = r.post("/v1/completions", {{"prompt", "Say hi"}, {"max_tokens", 3}, {"stream", true}});
+      if (res && res->status == 200) ++ok;
+    });
+  go = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), n);
+}
+
 // The connection's socket found by its two ends, and its peer's state, on a loopback pair.
 TEST(ServerPeer, FindsTheConnectionAndSeesItsPeerClose) {
   const int lst = socket(AF_INET, SOCK_STREAM, 0);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include "server/metrics.h"
 #include "server/output.h"
@@ -501,12 +502,22 @@ Server::~Server() = default;
 int Server::bind() {
   Impl& m = *impl_;
   int port = m.opt.port;
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed inside the Debian
+  // library): a burst of 128 clients overflowed it and some connections were reset. The listening
+  // socket is caught as it is made; a second listen() on it raises the backlog.
+  int listen_fd = -1;
+  m.http.set_socket_options([&listen_fd](socket_t s) {
+    httplib::default_socket_options(s);
+    listen_fd = int(s);
+  });
   if (port == 0) {
     port = m.http.bind_to_any_port(m.opt.host);
     if (port < 0) fail("cannot listen on {} (any port)", m.opt.host);
   } else if (!m.http.bind_to_port(m.opt.host, port)) {
     fail("cannot listen on {}:{} (in use, or not an address of this machine)", m.opt.host, port);
   }
+  if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0)
+    fail("cannot listen on {}:{} with a backlog of {}", m.opt.host, port, SOMAXCONN);
   m.opt.port = port;
   return port;
 }
