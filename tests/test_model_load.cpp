@@ -71,7 +71,7 @@ TEST(ModelLoad, ProgressCountsEveryTensorAndByte) {
   int64_t router = 0;
   for (int64_t i = 0; i < lm.config.num_hidden_layers; ++i)
     if (lm.config.is_moe_layer(i)) router += lm.config.n_routed_experts * (lm.config.hidden_size() + 1);
-  EXPECT_EQ(seen.back().bytes_total, (lm.parameters - router) * 2 + router * 4);
+  EXPECT_EQ(seen.back().bytes_total, (lm.model->parameters() - router) * 2 + router * 4);
 }
 
 TEST(ModelLoad, EveryTensorIsUsedAndUnknownShapesAreNamed) {
@@ -93,7 +93,7 @@ TEST(RandomModel, SameSeedSameModelOnEveryPlatform) {
   double diff = 0;
   for (size_t i = 0; i < la.size(); ++i) diff = std::max(diff, double(std::fabs(la[i] - lb[i])));
   EXPECT_GT(diff, 1e-3) << "another seed must give other weights";
-  EXPECT_EQ(a.parameters, load_model(kTiny, *cpu).parameters);
+  EXPECT_EQ(a.model->parameters(), load_model(kTiny, *cpu).model->parameters());
   // As transformers initializes: the final RMSNorm (weight 1) leaves rows of RMS 1, so a logit is a
   // dot product of hidden_size terms of std initializer_range: std ≈ 0.02·√hidden.
   double s2 = 0;

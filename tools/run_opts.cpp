@@ -45,7 +45,7 @@ Session open_session(const RunOpts& o, int64_t max_tokens) {
                                   : random_model(named_model_config(o.random_weights), *s.ops, o.weight_seed, lo);
   if (o.verbose || s.lm.seconds >= 1.0)
     std::fprintf(stderr, "mla: loaded %s (%s, %ld layers, %.2fM parameters) in %.2f s\n", what.c_str(),
-                 s.lm.config.model_type().c_str(), long(s.lm.config.num_hidden_layers), s.lm.parameters / 1e6,
+                 s.lm.config.model_type().c_str(), long(s.lm.config.num_hidden_layers), s.lm.model->parameters() / 1e6,
                  s.lm.seconds);
   for (const std::string& n : s.lm.unused) std::fprintf(stderr, "mla: note: checkpoint tensor '%s' is not used\n", n.c_str());
   EngineOptions eo{o.fwd, o.kv, o.page_size, std::max<int64_t>(max_tokens, 1)};

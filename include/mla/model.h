@@ -90,7 +90,6 @@ struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<Model> model;
   std::vector<std::string> unused;  // checkpoint tensors the model does not use
-  int64_t parameters = 0;           // elements of every weight
   double seconds = 0;               // the time the weights took
 };
 

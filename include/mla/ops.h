@@ -150,8 +150,8 @@ class Ops {
                            const Tensor& gate, const Tensor& up, const Tensor& down, Tensor& out) = 0;
 
   // ---- sampling -------------------------------------------------------------------------------
-  // x[R, V] f32 → out[R] I32: per row the first index of the largest value (greedy decoding, as
-  // std::max_element picks it); NaN is never the largest (a row of NaN gives 0).
+  // x[R, V] f32 → out[R] I32: per row the greedy choice, greedy_index's rule (mla/greedy.h: the
+  // first index of the largest value; NaN never wins).
   virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
 
   // ---- MLA steps ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "mla/error.h"
+#include "mla/greedy.h"
 
 namespace mla::engine {
 
@@ -59,9 +60,7 @@ std::vector<int32_t> order_by_logit(const float* logits, int64_t V, int64_t keep
   return idx;
 }
 
-int32_t argmax(const float* logits, int64_t V) {
-  return int32_t(std::max_element(logits, logits + V) - logits);  // first of equal maxima
-}
+int32_t argmax(const float* logits, int64_t V) { return int32_t(greedy_index(logits, V)); }
 
 }  // namespace
 

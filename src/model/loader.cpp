@@ -162,7 +162,6 @@ LoadedModel load_model(const std::string& dir, Ops& ops, const LoadOptions& opt)
   m.model = std::make_unique<Model>(m.config, src, ops);
   m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   m.unused = src.unused();
-  m.parameters = m.model->parameters();
   return m;
 }
 
@@ -173,7 +172,6 @@ LoadedModel random_model(const ModelConfig& c, Ops& ops, uint64_t seed, const Lo
   const auto t0 = Clock::now();
   m.model = std::make_unique<Model>(c, src, ops);
   m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  m.parameters = m.model->parameters();
   return m;
 }
 

@@ -3,9 +3,6 @@
 // Ops::moe_experts) from the f32 router logits, with the routed experts stacked per projection.
 #include "mla/model.h"
 
-#include <cstring>
-#include <set>
-
 #include "mla/error.h"
 #include "mla/registry.h"
 

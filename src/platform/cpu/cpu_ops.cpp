@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "mla/error.h"
+#include "mla/greedy.h"
 #include "mla/random.h"
 #include "mla/platform_ops.h"
 #include "platform/cpu/convert.h"
@@ -439,13 +440,7 @@ class CpuOps final : public Ops {
     const int64_t V = x.dim(-1), R = rows_of(x);
     expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == R, "argmax_rows",
            "x must be f32 [R, V] and out i32 [R]");
-    for (int64_t r = 0; r < R; ++r) {
-      const float* row = x.ptr<float>() + r * V;
-      int64_t best = 0;
-      for (int64_t i = 0; i < V; ++i)
-        if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = i;
-      out.ptr<int32_t>()[r] = int32_t(best);
-    }
+    for (int64_t r = 0; r < R; ++r) out.ptr<int32_t>()[r] = int32_t(greedy_index(x.ptr<float>() + r * V, V));
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
