@@ -27,6 +27,14 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& x, Tensor& out) = 0;
   // x ← x of rank `root`
   virtual void broadcast(Tensor& x, int root) = 0;
+
+  // The residual step after a row-parallel layer: y ← Σ_r y_r (as all_reduce), then h += y and
+  // x ← RMSNorm(h)·w (Ops::add_rmsnorm) on `ops`, this rank's platform. A communicator with its
+  // own kernels may fuse the three; the result is the same bits as all_reduce then add_rmsnorm.
+  virtual void all_reduce_add_rmsnorm(Tensor& y, Tensor& h, Tensor& x, const Tensor& w, double eps, Ops& ops) {
+    all_reduce(y);
+    ops.add_rmsnorm(h, y, x, w, eps);
+  }
 };
 
 // `size` ranks in one process, one thread each, sharing one platform's memory (the CPU or one GPU):
