@@ -153,6 +153,41 @@ MODELS = {
                           "rope_theta": 10000.0},
         ),
     ),
+    "v3_tp": dict(
+        family="v3", seed=1005, save_dtype=torch.bfloat16, save_kw={},
+        desc="DeepSeek-V3 shaped for tensor parallelism: 8 heads, intermediate 96, moe_intermediate 16, "
+             "2 shared experts (width 32), all divisible by TP 2 and 4; vocab 250 (not a multiple of 4: the "
+             "vocabulary-parallel embedding and lm_head pad the last shard); q_lora, YaRN factor 4; bf16",
+        cfg=dict(
+            vocab_size=250,
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=3,
+            num_attention_heads=8, num_key_value_heads=8, q_lora_rank=48, kv_lora_rank=32,
+            qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
+            n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=2, n_group=4, topk_group=2,
+            first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+            max_position_embeddings=512, rms_norm_eps=1e-6,
+            rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                          "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+                          "rope_theta": 10000.0},
+        ),
+    ),
+    "v2_tp": dict(
+        family="v2", seed=2003, save_dtype=torch.float32, save_kw={},
+        desc="DeepSeek-V2-Lite shaped for tensor parallelism: 4 heads, q_lora_rank null, intermediate 112, "
+             "moe_intermediate 12, softmax greedy routing over 6 experts (top-2), 1 shared expert, "
+             "tie_word_embeddings (the vocabulary-parallel lm_head is the embedding's shard); f32",
+        cfg=dict(
+            hidden_size=80, intermediate_size=112, moe_intermediate_size=12, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=24,
+            qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+            n_routed_experts=6, n_shared_experts=1, num_experts_per_tok=2,
+            first_k_dense_replace=1, norm_topk_prob=False, routed_scaling_factor=1.0, topk_method="greedy",
+            max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=True,
+            rope_scaling={"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64,
+                          "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707,
+                          "rope_theta": 10000.0},
+        ),
+    ),
 }
 
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness.h"
+#include "oracle.h"
 #include "engine/engine.h"
 #include "mla/config.h"
 #include "mla/reference.h"
@@ -26,7 +27,7 @@
 namespace mla::test {
 namespace {
 
-const char* kModels[] = {"v3_tiny", "v3_noqlora", "v3_yarn_mscale", "v3_norope_scaling", "v2_greedy", "v2_group"};
+const char* kModels[] = {"v3_tiny", "v3_noqlora", "v3_yarn_mscale", "v3_norope_scaling", "v2_greedy", "v2_group", "v3_tp", "v2_tp"};
 
 // Tolerances per model (relative L2 of whole logit sequences), each within 10x of the worst error
 // measured on the CPU over every run of the test that uses it (the value in the comment;
@@ -51,49 +52,13 @@ const ModelTol kTols[] = {
     {"v3_norope_scaling", 4e-6,   0.15,  0.18},   // 8.4e-7 / 6.6e-2 / 8.8e-2
     {"v2_greedy",         4e-6,   0.06,  0.15},   // 9.7e-7 / 2.6e-2 / 7.5e-2
     {"v2_group",          5e-6,   0.12,  0.23},   // 1.2e-6 / 5.7e-2 / 1.1e-1
+    {"v3_tp",             5e-6,   0.2,   0.5},    // 1.1e-6 / 7.9e-2 / 2.6e-1
+    {"v2_tp",             5e-6,   0.06,  0.2},    // 1.0e-6 / 2.8e-2 / 8.9e-2
 };
 const ModelTol& tol_of(const std::string& name) {
   for (const ModelTol& t : kTols)
     if (name == t.name) return t;
   throw std::runtime_error("no tolerance for model " + name);
-}
-
-struct Oracle {
-  std::string dir;
-  std::vector<std::vector<int32_t>> seqs;
-  std::vector<std::vector<double>> logits;
-  std::vector<int32_t> prompt, greedy;
-  std::vector<double> margin, greedy_logits;
-  std::vector<std::vector<double>> bf16_logits;  // transformers in bf16, same ids
-  std::vector<double> bf16_spread;               // rel L2 of bf16_logits.K against logits.K
-};
-
-std::vector<int32_t> ids_of(const Tensor& t) {
-  std::vector<int32_t> v;
-  for (double x : t.to_doubles()) v.push_back(int32_t(x));
-  return v;
-}
-
-Oracle load_oracle(const std::string& name) {
-  Oracle o;
-  const char* env = std::getenv("MLA_TEST_DATA");  // where the tree moved (e.g. to a GPU machine)
-  o.dir = std::string(env ? env : MLA_TEST_DATA) + "/" + name;
-  SafetensorsFile f = SafetensorsFile::open(o.dir + "/oracle.safetensors");
-  for (int k = 0; f.has(fmt::format("ids.{}", k)); ++k) {
-    o.seqs.push_back(ids_of(f.tensor(fmt::format("ids.{}", k))));
-    o.logits.push_back(f.tensor(fmt::format("logits.{}", k)).to_doubles());
-  }
-  o.prompt = ids_of(f.tensor("greedy.prompt"));
-  o.greedy = ids_of(f.tensor("greedy.ids"));
-  o.margin = f.tensor("greedy.margin").to_doubles();
-  o.greedy_logits = f.tensor("greedy.logits").to_doubles();
-  SafetensorsFile b = SafetensorsFile::open(o.dir + "/oracle_bf16.safetensors");
-  for (size_t k = 0; k < o.seqs.size(); ++k) {
-    if (ids_of(b.tensor(fmt::format("ids.{}", k))) != o.seqs[k]) throw std::runtime_error("oracle_bf16: other ids");
-    o.bf16_logits.push_back(b.tensor(fmt::format("logits.{}", k)).to_doubles());
-    o.bf16_spread.push_back(b.tensor(fmt::format("spread.{}", k)).to_doubles().at(0));
-  }
-  return o;
 }
 
 class OracleTest : public ::testing::TestWithParam<std::tuple<const char*, Platform>> {

@@ -7,22 +7,34 @@
 #include <vector>
 
 #include "mla/attention.h"
+#include "mla/communicator.h"
 #include "mla/model_config.h"
 #include "mla/moe.h"
 #include "mla/weights.h"
 
 namespace mla {
 
+// The part of a weight a tensor-parallel rank holds: along `dim` (0: rows, 1: columns of a 2-D
+// weight) the slice [start, start + dst.dim(dim)) of the full tensor, which is `full` long there.
+// dim < 0: the whole tensor.
+struct WeightShard {
+  int dim = -1;
+  int64_t start = 0, full = 0;
+  bool whole() const { return dim < 0; }
+  Shape full_shape(const Shape& part) const;  // part's shape with `full` along `dim`
+};
+
 // Where a model's weights come from (a checkpoint, random values): each fill() writes the tensor of
-// that HF name (model.layers.N.mlp.experts.E.gate_proj.weight, ...) into `dst`, a tensor on the
-// model's platform of the expected shape and dtype. Errors name the tensor.
+// that HF name (model.layers.N.mlp.experts.E.gate_proj.weight, ...), or the shard of it, into `dst`,
+// a tensor on the model's platform of the expected shape and dtype. A shard holds exactly the
+// values of that slice of the whole tensor. Errors name the tensor.
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
   virtual bool has(const std::string& name) const = 0;
   // Called once before the fills: how many tensors and bytes will be asked for.
   virtual void begin(int64_t tensors, int64_t bytes) {}
-  virtual void fill(const std::string& name, Tensor& dst) = 0;
+  virtual void fill(const std::string& name, Tensor& dst, const WeightShard& shard) = 0;
   virtual void end() {}  // after the last fill: every write has landed
 };
 
@@ -39,12 +51,27 @@ struct ModelOutput {
   ForwardMethod method = ForwardMethod::MLA;
 };
 
+// Error naming the field when tensor parallelism of size tp does not split the config evenly (heads,
+// intermediate sizes).
+void check_tensor_parallel(const ModelConfig& c, int tp);
+
+// Tensor parallelism (a Communicator of size tp > 1; rank r): attention heads split across ranks
+// (q_b_proj / q_proj / kv_b_proj rows, o_proj columns; each rank's AttentionLayer sees
+// num_attention_heads / tp heads, so its handlers do too); the latent projections, norms, router
+// and KV cache replicated; dense MLPs and every expert split along the intermediate dimension
+// (gate/up rows, down columns); embedding and lm_head split by vocabulary (ceil(V / tp) rows a
+// rank, the last shard padded with zero rows). One all_reduce ends each attention and each MLP/MoE
+// (fused with the residual add and the next norm), one all_reduce of the embedding, one
+// all_gather of the logits: every rank gets the whole logits.
 class Model {
  public:
   // Allocates every weight on ops' platform (ops.act_dtype(); the router in f32), then fills them
-  // from `src` in checkpoint order. Experts are stacked per layer: [n_routed_experts, ...].
-  Model(const ModelConfig& c, WeightSource& src, Ops& ops);
-  int64_t parameters() const { return parameters_; }  // elements of every weight
+  // (this rank's shards, with `tp`) from `src` in checkpoint order. Experts are stacked per layer:
+  // [n_routed_experts, ...]. A head count or intermediate size that tp does not divide is an Error.
+  Model(const ModelConfig& c, WeightSource& src, Ops& ops, Communicator* tp = nullptr);
+  int64_t parameters() const { return parameters_; }  // elements of this rank's weights
+  int tp_size() const { return tp_ ? tp_->size() : 1; }
+  int tp_rank() const { return tp_ ? tp_->rank() : 0; }
   const ModelConfig& config() const { return cfg_; }
   Ops& ops() const { return ops_; }
 
@@ -71,14 +98,18 @@ class Model {
     Mlp experts;    // stacked routed experts: gate_proj, up_proj [E, I, hidden]; down_proj [E, hidden, I]
     std::optional<Mlp> shared;
   };
-  Tensor mlp(const Mlp& m, const Tensor& x);  // x[n, hidden] → [n, hidden]
+  Tensor mlp(const Mlp& m, const Tensor& x);  // x[n, hidden] → [n, hidden] (this rank's part of the sum)
   Tensor moe(const Layer& l, const Tensor& x);
+  Tensor logits(const Tensor& h);  // h[rows, hidden] normalized → [rows, vocab_size] f32
 
   ModelConfig cfg_;
   Ops& ops_;
+  Communicator* tp_;
   int64_t parameters_ = 0;
   MoeRouting routing_;
-  Tensor embed_, norm_, lm_head_;
+  int64_t vocab_begin_ = 0, vocab_rows_ = 0;  // this rank's vocabulary [begin, begin + rows), ceil(V / tp) a rank
+  Tensor embed_;  // [vocab_rows_, hidden]; with tp > 1 one more row of zeros, for ids of other ranks
+  Tensor norm_, lm_head_;  // lm_head_ [vocab_rows_, hidden], zero rows past the vocabulary
   std::vector<Layer> layers_;
 };
 
@@ -101,6 +132,7 @@ struct LoadProgress {
 };
 struct LoadOptions {
   std::function<void(const LoadProgress&)> progress;
+  Communicator* tp = nullptr;  // this rank's tensor-parallel group: the model holds its shard
   int threads = 0;  // host threads converting weights; 0: every hardware thread
   size_t staging_bytes = size_t(64) << 20;  // each of the three staging buffers
 };

@@ -101,8 +101,10 @@ class Ops {
   // x[T, heads·head_dim]: RoPE on columns [rot_offset, rot_offset + rope_dim) of every head
   virtual void rope(Tensor& x, int64_t heads, int64_t head_dim, int64_t rot_offset,
                     const std::vector<int32_t>& positions, const RopeFrequencies& f) = 0;
+  // dst[M, dld][:, d0 : d0 + n] = src[M, sld][:, s0 : s0 + n] (same dtype)
+  virtual void copy_cols(const Tensor& src, int64_t s0, Tensor& dst, int64_t d0, int64_t n) = 0;
   // out[M, n] = x[M, ld][:, c0 : c0 + n]
-  virtual void take_cols(const Tensor& x, int64_t c0, Tensor& out) = 0;
+  void take_cols(const Tensor& x, int64_t c0, Tensor& out) { copy_cols(x, c0, out, 0, out.dim(-1)); }
 
   // ---- latent cache ---------------------------------------------------------------------------
   // rows[T, row_dim] → pool layer rows at slots[T] (quantized by the layer scale)

@@ -1,11 +1,113 @@
 // src/engine/engine.cpp — the engine loop: batches of requests through the model and the KV pool.
 #include "engine/engine.h"
 
+#include <cstring>
+#include <type_traits>
 #include <set>
 
 #include "mla/error.h"
 
 namespace mla {
+namespace {
+
+// The wire form of one forward (Engine::lead → Engine::follow): little-endian fields in order,
+// vectors as a count then their elements. An empty message ends the leader.
+class Writer {
+ public:
+  template <class T>
+  void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    s_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  template <class T>
+  void put(const std::vector<T>& v) {
+    put(int64_t(v.size()));
+    s_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  std::string take() { return std::move(s_); }
+
+ private:
+  std::string s_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : s_(s) {}
+  template <class T>
+  T get() {
+    T v;
+    take(&v, sizeof v);
+    return v;
+  }
+  template <class T>
+  void get(std::vector<T>& v) {
+    const int64_t n = get<int64_t>();
+    if (n < 0 || size_t(n) > (s_.size() - at_) / sizeof(T)) fail("engine follow: a malformed step message");
+    v.resize(size_t(n));
+    take(v.data(), size_t(n) * sizeof(T));
+  }
+  bool done() const { return at_ == s_.size(); }
+
+ private:
+  void take(void* p, size_t n) {
+    if (n > s_.size() - at_) fail("engine follow: a step message ends early");
+    std::memcpy(p, s_.data() + at_, n);
+    at_ += n;
+  }
+  const std::string& s_;
+  size_t at_ = 0;
+};
+
+void put_segments(Writer& w, const AttnSegments& a) {
+  w.put(a.q_start), w.put(a.q_len), w.put(a.k_start), w.put(a.k_len), w.put(uint8_t(a.causal));
+}
+void get_segments(Reader& r, AttnSegments& a) {
+  r.get(a.q_start), r.get(a.q_len), r.get(a.k_start), r.get(a.k_len);
+  a.causal = r.get<uint8_t>() != 0;
+}
+
+std::string encode_step(const std::vector<int32_t>& ids, const BatchPlan& p, ForwardMethod method,
+                        const std::vector<int32_t>* rows) {
+  Writer w;
+  w.put(uint8_t(p.batch.mode));
+  w.put(p.batch.requests);
+  w.put(p.num_tokens);
+  w.put(p.q_start), w.put(p.positions), w.put(p.new_slots), w.put(p.kv_slots), w.put(p.kv_start);
+  put_segments(w, p.seg_new_only);
+  put_segments(w, p.seg_prefix_and_new);
+  w.put(ids);
+  w.put(int32_t(method));
+  w.put(uint8_t(rows != nullptr));
+  if (rows) w.put(*rows);
+  return w.take();
+}
+
+struct FollowedStep {
+  std::vector<int32_t> ids, rows;
+  bool has_rows = false;
+  BatchPlan plan;
+  ForwardMethod method = ForwardMethod::MLA;
+};
+
+FollowedStep decode_step(const std::string& msg) {
+  Reader r(msg);
+  FollowedStep s;
+  BatchPlan& p = s.plan;
+  p.batch.mode = ForwardMode(r.get<uint8_t>());
+  r.get(p.batch.requests);
+  p.num_tokens = r.get<int64_t>();
+  r.get(p.q_start), r.get(p.positions), r.get(p.new_slots), r.get(p.kv_slots), r.get(p.kv_start);
+  get_segments(r, p.seg_new_only);
+  get_segments(r, p.seg_prefix_and_new);
+  r.get(s.ids);
+  s.method = ForwardMethod(r.get<int32_t>());
+  s.has_rows = r.get<uint8_t>() != 0;
+  if (s.has_rows) r.get(s.rows);
+  if (!r.done()) fail("engine follow: a step message has {} trailing bytes", msg.size());
+  return s;
+}
+
+}  // namespace
 
 Engine::Engine(Model& model, const EngineOptions& opt) : model_(model), opt_(opt) {
   if (opt.page_size <= 0) fail("engine: page size must be positive (got {})", opt.page_size);
@@ -15,6 +117,31 @@ Engine::Engine(Model& model, const EngineOptions& opt) : model_(model), opt_(opt
                   (opt.max_tokens + opt.page_size - 1) / opt.page_size};
   Ops& ops = model.ops();
   pool_ = std::make_unique<KVPool>(pc, [&ops](DType d, Shape s) { return ops.empty(d, std::move(s)); });
+}
+
+Engine::~Engine() {
+  if (!send_) return;
+  try {
+    send_(std::string());  // the followers' last message
+  } catch (...) {
+  }
+}
+
+void Engine::lead(std::function<void(const std::string&)> send) { send_ = std::move(send); }
+
+int64_t Engine::follow(const std::function<std::string()>& receive) {
+  int64_t steps = 0;
+  for (std::string msg = receive(); !msg.empty(); msg = receive(), ++steps) {
+    const FollowedStep s = decode_step(msg);
+    const ForwardMethod mine = model_.choose_method(s.plan.batch, opt_.forward);
+    if (mine != s.method)
+      fail("tensor-parallel ranks disagree: rank 0 runs a batch by {}, rank {} would by {}", method_name(s.method),
+           model_.tp_rank(), method_name(mine));
+    ForwardOptions fo = opt_.forward;
+    fo.method = s.method;
+    model_.forward(s.ids, s.plan, *pool_, fo, s.has_rows ? &s.rows : nullptr);
+  }
+  return steps;
 }
 
 int64_t Engine::length(RequestId id) const {
@@ -69,6 +196,7 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, 
   int64_t end = 0;
   if (last_only)
     for (const BatchRequest& r : b.requests) rows.push_back(int32_t((end += r.new_len) - 1));
+  if (send_) send_(encode_step(ids, plan, method, last_only ? &rows : nullptr));
   ModelOutput out = model_.forward(ids, plan, *pool_, fo, last_only ? &rows : nullptr);
   for (const BatchRequest& r : b.requests) lengths_[r.id] = r.prefix_len + r.new_len;
   StepResult res;

@@ -1,8 +1,10 @@
 // src/engine/engine.h — the engine loop: requests with their token ids, batches through the model and
 // the latent KV pool, prefill (optionally chunked) then decode.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mla/kv_pool.h"
@@ -36,6 +38,9 @@ struct StepResult {
 class Engine {
  public:
   Engine(Model& model, const EngineOptions& opt);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
   const KVPool& pool() const { return *pool_; }
   KVPool& pool() { return *pool_; }  // the scheduler and the prefix cache share pages through it
   Model& model() const { return model_; }
@@ -62,11 +67,24 @@ class Engine {
   };
   Run run_sequence(const std::vector<int32_t>& ids, int64_t prefill_chunk, int64_t decode_from);
 
+  // Tensor parallelism: every rank runs every forward, so their collectives meet. Rank 0's engine
+  // (the one the scheduler drives) leads: it sends each forward it is about to run — token ids,
+  // the whole plan (positions, cache slots, segments), the method it chose, the logit rows — through
+  // `send` (a broadcast to the other ranks), and a last message when it is destroyed. The others
+  // follow(): they run those forwards on their shards and their own pools, at the same slots
+  // (their pools are only storage: page bookkeeping, the prefix cache and sampling live on rank 0).
+  void lead(std::function<void(const std::string&)> send);
+  // Runs the leader's forwards from `receive` until its last message; returns how many. Throws
+  // Error when a forward cannot run here or this rank's handlers choose another method than the
+  // leader's (ranks must agree; the caller ends the process, which takes the group down).
+  int64_t follow(const std::function<std::string()>& receive);
+
  private:
   Model& model_;
   EngineOptions opt_;
   std::unique_ptr<KVPool> pool_;
   std::map<RequestId, int64_t> lengths_;
+  std::function<void(const std::string&)> send_;  // lead(): to the other ranks
 };
 
 }  // namespace mla

@@ -2,6 +2,7 @@
 // through page-locked staging buffers) or with random weights generated on the platform.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -55,6 +56,18 @@ void convert_parallel(const void* src, DType from, void* dst, DType to, size_t n
   for (std::thread& t : pool) t.join();
 }
 
+// The shard of a host tensor: a row slice is a view of it, a column slice a copy (row by row).
+Tensor host_shard(const Tensor& w, const WeightShard& shard, const Shape& part) {
+  if (shard.whole()) return w;
+  if (shard.dim == 0) return w.rows(shard.start, shard.start + part[0]);
+  Tensor out = Tensor::host(w.dtype(), part);  // [rows, n] of w's [rows, full]
+  const size_t es = dtype_size(w.dtype()), n = size_t(part[1]) * es, ld = size_t(shard.full) * es;
+  const char* src = static_cast<const char*>(w.data()) + size_t(shard.start) * es;
+  char* dst = static_cast<char*>(out.data());
+  for (int64_t r = 0; r < part[0]; ++r) std::memcpy(dst + size_t(r) * n, src + size_t(r) * ld, n);
+  return out;
+}
+
 // Tensors of a checkpoint: each goes from the mapping to the platform dtype in 64 MB pieces, each
 // piece converted into one of three page-locked buffers while the previous pieces are copied.
 class CheckpointSource final : public WeightSource {
@@ -66,16 +79,17 @@ class CheckpointSource final : public WeightSource {
 
   bool has(const std::string& name) const override { return ck_.has(name); }
   void begin(int64_t tensors, int64_t bytes) override { progress_.begin(tensors, bytes); }
-  void fill(const std::string& name, Tensor& dst) override {
+  void fill(const std::string& name, Tensor& dst, const WeightShard& shard) override {
     const std::optional<Tensor> t = ck_.has(name) ? std::optional<Tensor>(ck_.view(name)) : std::nullopt;
-    const Tensor& w = check_weight(t, name, dst.shape());
+    const Shape full = shard.full_shape(dst.shape());
+    const Tensor& w = check_weight(t, name, full);
     used_.insert(name);
     if (is_fp8(w.dtype())) {
       used_.insert(name + "_scale_inv");
       TensorLookup get = [&](const std::string& n) { return ck_.find(n); };
-      put(load_weight(get, name, dst.shape(), DType::F32), dst);  // block-dequantized on the host
+      put(host_shard(load_weight(get, name, full, DType::F32), shard, dst.shape()), dst);  // dequantized on the host
     } else {
-      put(w, dst);
+      put(host_shard(w, shard, dst.shape()), dst);
     }
     progress_.done(dst);
   }
@@ -134,15 +148,24 @@ class RandomSource final : public WeightSource {
       : ops_(ops), seed_(seed), std_(std), progress_(opt) {}
   bool has(const std::string&) const override { return true; }
   void begin(int64_t tensors, int64_t bytes) override { progress_.begin(tensors, bytes); }
-  void fill(const std::string& name, Tensor& dst) override {
+  void fill(const std::string& name, Tensor& dst, const WeightShard& shard) override {
     if (ends_with(name, "layernorm.weight") || name == "model.norm.weight") ops_.fill(dst, 1.0);
     else if (ends_with(name, "e_score_correction_bias")) ops_.fill(dst, 0.0);
-    else ops_.fill_random(dst, seed_ ^ fnv1a(name), std_);
+    else if (shard.whole()) ops_.fill_random(dst, seed_ ^ fnv1a(name), std_);
+    else fill_shard(name, dst, shard);
     progress_.done(dst);
   }
   void end() override { ops_.synchronize(); }
 
  private:
+  // Values are indexed in the whole tensor: made whole on the platform, then the slice is kept.
+  void fill_shard(const std::string& name, Tensor& dst, const WeightShard& shard) {
+    Tensor whole = ops_.empty(dst.dtype(), shard.full_shape(dst.shape()));
+    ops_.fill_random(whole, seed_ ^ fnv1a(name), std_);
+    if (shard.dim == 0) ops_.copy(whole.rows(shard.start, shard.start + dst.dim(0)), dst);
+    else ops_.take_cols(whole, shard.start, dst);
+  }
+
   Ops& ops_;
   uint64_t seed_;
   double std_;
@@ -159,7 +182,7 @@ LoadedModel load_model(const std::string& dir, Ops& ops, const LoadOptions& opt)
   const Checkpoint ck = Checkpoint::open(dir);
   CheckpointSource src(ck, ops, opt);
   const auto t0 = Clock::now();
-  m.model = std::make_unique<Model>(m.config, src, ops);
+  m.model = std::make_unique<Model>(m.config, src, ops, opt.tp);
   m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   m.unused = src.unused();
   return m;
@@ -170,7 +193,7 @@ LoadedModel random_model(const ModelConfig& c, Ops& ops, uint64_t seed, const Lo
   m.config = c;
   RandomSource src(ops, seed, c.initializer_range, opt);
   const auto t0 = Clock::now();
-  m.model = std::make_unique<Model>(c, src, ops);
+  m.model = std::make_unique<Model>(c, src, ops, opt.tp);
   m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return m;
 }

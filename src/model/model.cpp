@@ -26,62 +26,125 @@ MoeRouting moe_routing(const ModelConfig& c) {
   return r;
 }
 
-Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops) : cfg_(c), ops_(ops) {
+Shape WeightShard::full_shape(const Shape& part) const {
+  Shape s = part;
+  if (!whole()) s[size_t(dim)] = full;
+  return s;
+}
+
+void check_tensor_parallel(const ModelConfig& c, int tp) {
+  if (tp < 1) fail("tensor parallel size must be at least 1, got {}", tp);
+  auto even = [&](const char* field, int64_t v) {
+    if (v % tp != 0) fail("tensor parallel size {} does not divide {} = {}", tp, field, v);
+  };
+  even("num_attention_heads", c.attn.num_attention_heads);
+  bool dense = false, moe = false;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) (c.is_moe_layer(i) ? moe : dense) = true;
+  if (dense) even("intermediate_size", c.intermediate_size);
+  if (moe) even("moe_intermediate_size", c.moe_intermediate_size);
+}
+
+namespace {
+
+// How a rank splits an attention weight: heads by rows of the input projections, by columns of o_proj.
+WeightShard attention_shard(const AttentionWeightSlot& s, int rank, int tp) {
+  const std::string_view n = s.name;
+  if (tp == 1) return {};
+  if (n == "q_b_proj" || n == "q_proj" || n == "kv_b_proj") return {0, rank * s.shape[0], tp * s.shape[0]};
+  if (n == "o_proj") return {1, rank * s.shape[1], tp * s.shape[1]};
+  return {};  // the latent projections and norms: every rank holds them whole
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops, Communicator* tp)
+    : cfg_(c), ops_(ops), tp_(tp && tp->size() > 1 ? tp : nullptr) {
   c.validate();
+  const int ranks = tp_size(), rank = tp_rank();
+  check_tensor_parallel(c, ranks);
   if (c.n_routed_experts > 0) routing_ = moe_routing(c);
   const DType act = ops.act_dtype();
   const int64_t H = c.hidden_size(), V = c.vocab_size;
+  AttentionConfig rank_attn = c.attn;  // this rank's heads
+  rank_attn.num_attention_heads /= ranks;
   struct Job {
     std::string name;
     Tensor dst;
+    WeightShard shard;
   };
   std::vector<Job> jobs;  // every weight, allocated first (the platform runs out before any read)
-  auto want = [&](const std::string& name, Shape shape, DType dtype) {
+  auto want = [&](const std::string& name, Shape shape, DType dtype, WeightShard shard = {}) {
     Tensor t = ops.empty(dtype, std::move(shape));
-    jobs.push_back({name, t});
+    jobs.push_back({name, t, shard});
     return t;
   };
+  // An MLP of `width` (the whole model's), this rank's width / tp of it; gate/up by rows, down by columns.
+  auto mlp_shards = [&](int64_t width) {
+    const int64_t w = width / ranks;
+    return std::pair<WeightShard, WeightShard>{ranks == 1 ? WeightShard{} : WeightShard{0, rank * w, width},
+                                               ranks == 1 ? WeightShard{} : WeightShard{1, rank * w, width}};
+  };
   auto want_mlp = [&](const std::string& p, int64_t width) -> Mlp {
-    return {want(p + "gate_proj.weight", {width, H}, act), want(p + "up_proj.weight", {width, H}, act),
-            want(p + "down_proj.weight", {H, width}, act)};
+    const auto [in, out] = mlp_shards(width);
+    const int64_t w = width / ranks;
+    return {want(p + "gate_proj.weight", {w, H}, act, in), want(p + "up_proj.weight", {w, H}, act, in),
+            want(p + "down_proj.weight", {H, w}, act, out)};
+  };
+  // The vocabulary: ceil(V / tp) rows a rank, the last ones short (zero rows pad them).
+  vocab_rows_ = (V + ranks - 1) / ranks;
+  vocab_begin_ = std::min<int64_t>(V, rank * vocab_rows_);
+  const int64_t vocab_own = std::min(V - vocab_begin_, vocab_rows_);
+  auto want_vocab = [&](const std::string& name, int64_t rows) {  // [rows ≥ vocab_rows_, H], zeros past ours
+    Tensor t = ops.empty(act, {rows, H});
+    if (rows > vocab_own) {
+      Tensor pad = t.rows(vocab_own, rows);
+      ops.fill(pad, 0.0);
+    }
+    if (vocab_own > 0)
+      jobs.push_back({name, t.rows(0, vocab_own), ranks == 1 ? WeightShard{} : WeightShard{0, vocab_begin_, V}});
+    return t;
   };
   std::vector<AttentionWeights> attn(size_t(c.num_hidden_layers));
-  embed_ = want("model.embed_tokens.weight", {V, H}, act);
+  embed_ = want_vocab("model.embed_tokens.weight", vocab_rows_ + (ranks > 1 ? 1 : 0));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = layer_prefix(i);
     Layer l;
     l.input_layernorm = want(p + "input_layernorm.weight", {H}, act);
-    for (const AttentionWeightSlot& s : attention_weight_slots(c.attn))
-      if (s.used) attn[size_t(i)].*s.member = want(fmt::format("{}self_attn.{}.weight", p, s.name), s.shape, act);
+    for (const AttentionWeightSlot& s : attention_weight_slots(rank_attn))
+      if (s.used)
+        attn[size_t(i)].*s.member =
+            want(fmt::format("{}self_attn.{}.weight", p, s.name), s.shape, act, attention_shard(s, rank, ranks));
     l.post_attention_layernorm = want(p + "post_attention_layernorm.weight", {H}, act);
     if (c.is_moe_layer(i)) {
-      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
+      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size / ranks;
+      const auto [in, out] = mlp_shards(c.moe_intermediate_size);
       l.router = want(p + "mlp.gate.weight", {E, H}, DType::F32);
       if (c.model_type() == "deepseek_v3") l.bias = want(p + "mlp.gate.e_score_correction_bias", {E}, DType::F32);
       l.experts = {ops.empty(act, {E, I, H}), ops.empty(act, {E, I, H}), ops.empty(act, {E, H, I})};
       for (int64_t e = 0; e < E; ++e) {
         const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
-        jobs.push_back({ep + "gate_proj.weight", l.experts.gate_proj.rows(e, e + 1).reshaped({I, H})});
-        jobs.push_back({ep + "up_proj.weight", l.experts.up_proj.rows(e, e + 1).reshaped({I, H})});
-        jobs.push_back({ep + "down_proj.weight", l.experts.down_proj.rows(e, e + 1).reshaped({H, I})});
+        jobs.push_back({ep + "gate_proj.weight", l.experts.gate_proj.rows(e, e + 1).reshaped({I, H}), in});
+        jobs.push_back({ep + "up_proj.weight", l.experts.up_proj.rows(e, e + 1).reshaped({I, H}), in});
+        jobs.push_back({ep + "down_proj.weight", l.experts.down_proj.rows(e, e + 1).reshaped({H, I}), out});
       }
-      if (c.n_shared_experts > 0) l.shared = want_mlp(p + "mlp.shared_experts.", I * c.n_shared_experts);
+      if (c.n_shared_experts > 0)
+        l.shared = want_mlp(p + "mlp.shared_experts.", c.moe_intermediate_size * c.n_shared_experts);
     } else {
       l.mlp = want_mlp(p + "mlp.", c.intermediate_size);
     }
     layers_.push_back(std::move(l));
   }
   norm_ = want("model.norm.weight", {H}, act);
-  if (c.tie_word_embeddings && !src.has("lm_head.weight")) lm_head_ = embed_;
-  else lm_head_ = want("lm_head.weight", {V, H}, act);
+  if (c.tie_word_embeddings && !src.has("lm_head.weight")) lm_head_ = embed_.rows(0, vocab_rows_);
+  else lm_head_ = want_vocab("lm_head.weight", vocab_rows_);
   int64_t bytes = 0;
   for (const Job& j : jobs) bytes += int64_t(j.dst.nbytes()), parameters_ += j.dst.numel();
   src.begin(int64_t(jobs.size()), bytes);
-  for (Job& j : jobs) src.fill(j.name, j.dst);
+  for (Job& j : jobs) src.fill(j.name, j.dst, j.shard);
   src.end();
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
-    l.attn = AttentionLayer::on_platform(c.attn, attn[i], ops);
+    l.attn = AttentionLayer::on_platform(rank_attn, attn[i], ops);
   }
 }
 
@@ -136,15 +199,28 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
     fail("KV pool has {} layers, the model {}", pool.config().num_layers, cfg_.num_hidden_layers);
   ModelOutput out;
   out.method = choose_method(plan.batch, opt);
-  const StepScope step(ops_, plan, pool, {&ids, logit_rows});  // the plan goes to the device once
+  // With tp > 1 the embedding rows of this rank's vocabulary: other ids read its zero row.
+  std::vector<int32_t> rows_of_ids;
+  if (tp_) {
+    rows_of_ids.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t r = ids[i] - vocab_begin_;
+      rows_of_ids[i] = int32_t(r >= 0 && r < vocab_rows_ ? r : vocab_rows_);
+    }
+  }
+  const std::vector<int32_t>& embed_rows = tp_ ? rows_of_ids : ids;
+  const StepScope step(ops_, plan, pool, {&embed_rows, logit_rows});  // the plan goes to the device once
   const DType act = ops_.act_dtype();
   Tensor h = ops_.empty(act, {T, Hd});  // [T, hidden] the residual stream
-  ops_.gather_rows(embed_, ids, h);
+  ops_.gather_rows(embed_, embed_rows, h);
+  if (tp_) tp_->all_reduce(h);
   Tensor x = ops_.empty(act, {T, Hd});  // [T, hidden] the normalized input of a sublayer
-  Tensor pending;  // the last sublayer's output, added to h with the next norm
+  Tensor pending;  // the last sublayer's output (with tp > 1 this rank's part), added to h with the next norm
   auto add_norm = [&](const Tensor& w) {
-    if (pending.defined()) ops_.add_rmsnorm(h, pending, x, w, cfg_.attn.rms_norm_eps);
-    else ops_.copy(h, x), ops_.rmsnorm(x, Hd, w, cfg_.attn.rms_norm_eps);
+    const double eps = cfg_.attn.rms_norm_eps;
+    if (!pending.defined()) ops_.copy(h, x), ops_.rmsnorm(x, Hd, w, eps);
+    else if (tp_) tp_->all_reduce_add_rmsnorm(pending, h, x, w, eps, ops_);
+    else ops_.add_rmsnorm(h, pending, x, w, eps);
   };
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
@@ -153,15 +229,36 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
     add_norm(l.post_attention_layernorm);
     pending = l.mlp ? mlp(*l.mlp, x) : moe(l, x);
   }
-  if (pending.defined()) ops_.add(h, pending);
+  if (pending.defined()) {
+    if (tp_) tp_->all_reduce(pending);
+    ops_.add(h, pending);
+  }
   if (logit_rows) {  // the final norm and lm_head act row by row: only the rows asked for
     Tensor picked = ops_.empty(act, {int64_t(logit_rows->size()), Hd});  // [rows, hidden]
     ops_.gather_rows(h, *logit_rows, picked);
     h = picked;
   }
   ops_.rmsnorm(h, Hd, norm_, cfg_.attn.rms_norm_eps);
-  out.logits = ops_.empty(DType::F32, {h.dim(0), cfg_.vocab_size});  // [rows, vocab]
-  ops_.linear(h, lm_head_, out.logits);
+  out.logits = logits(h);
+  return out;
+}
+
+Tensor Model::logits(const Tensor& h) {
+  const int64_t rows = h.dim(0), V = cfg_.vocab_size;
+  Tensor out = ops_.empty(DType::F32, {rows, V});  // [rows, vocab]
+  if (!tp_) {
+    ops_.linear(h, lm_head_, out);
+    return out;
+  }
+  const int ranks = tp_->size();
+  Tensor part = ops_.empty(DType::F32, {rows, vocab_rows_});  // [rows, V / tp] this rank's vocabulary
+  ops_.linear(h, lm_head_, part);
+  Tensor all = ops_.empty(DType::F32, {ranks * rows, vocab_rows_});  // [tp · rows, V / tp]
+  tp_->all_gather(part, all);
+  for (int r = 0; r < ranks; ++r) {  // rank r's columns, without the padding
+    const int64_t begin = std::min<int64_t>(V, r * vocab_rows_), n = std::min(V - begin, vocab_rows_);
+    if (n > 0) ops_.copy_cols(all.rows(r * rows, (r + 1) * rows), 0, out, begin, n);
+  }
   return out;
 }
 

@@ -238,13 +238,15 @@ class CpuOps final : public Ops {
     }
   }
 
-  void take_cols(const Tensor& x, int64_t c0, Tensor& out) override {
-    const int64_t ld = x.dim(-1), M = rows_of(x), n = out.dim(-1);
-    expect(c0 + n <= ld && rows_of(out) == M && out.dtype() == x.dtype(), "take_cols", "shape or dtype mismatch");
-    const size_t es = dtype_size(x.dtype());
+  void copy_cols(const Tensor& src, int64_t s0, Tensor& dst, int64_t d0, int64_t n) override {
+    const int64_t sld = src.dim(-1), dld = dst.dim(-1), M = rows_of(src);
+    expect(s0 >= 0 && d0 >= 0 && n >= 0 && s0 + n <= sld && d0 + n <= dld && rows_of(dst) == M &&
+               dst.dtype() == src.dtype(),
+           "copy_cols", "shape or dtype mismatch");
+    const size_t es = dtype_size(src.dtype());
     for (int64_t m = 0; m < M; ++m)
-      std::memcpy(static_cast<char*>(out.data()) + size_t(m * n) * es,
-                  static_cast<const char*>(x.data()) + size_t(m * ld + c0) * es, size_t(n) * es);
+      std::memcpy(static_cast<char*>(dst.data()) + size_t(m * dld + d0) * es,
+                  static_cast<const char*>(src.data()) + size_t(m * sld + s0) * es, size_t(n) * es);
   }
 
   void cache_write(KVPool& pool, int64_t layer, const std::vector<int32_t>& slots,

@@ -198,9 +198,6 @@ void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t o
           const double* inv_freq, int64_t half, double af, bool interleave, cudaStream_t s) {
   MLA_LAUNCH(rope_k, T * heads * half, s, x, e, T, heads, head_dim, off, positions, inv_freq, half, af, interleave);
 }
-void take_cols(const void* x, Elem e, int64_t M, int64_t ld, int64_t c0, int64_t n, void* out, cudaStream_t s) {
-  copy_cols(x, e, ld, c0, out, e, n, 0, M, n, s);
-}
 void copy_cols(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Elem de, int64_t dld, int64_t d0,
                int64_t M, int64_t n, cudaStream_t s) {
   MLA_LAUNCH(copy_cols_k, M * n, s, src, se, sld, s0, dst, de, dld, d0, M, n);

@@ -23,9 +23,6 @@ void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, in
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,
           const int32_t* positions, const double* inv_freq, int64_t half, double attention_factor,
           bool interleave, cudaStream_t s);
-// out[M, n] = x[M, ld][:, c0 : c0 + n]   (same dtype)
-void take_cols(const void* x, Elem e, int64_t M, int64_t ld, int64_t c0, int64_t n, void* out,
-               cudaStream_t s);
 // dst[M, dld][:, d0 : d0 + n] = src[M, sld][:, s0 : s0 + n]
 void copy_cols(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Elem de, int64_t dld,
                int64_t d0, int64_t M, int64_t n, cudaStream_t s);

@@ -109,9 +109,13 @@ class GpuOps : public Ops {
                f.interleave, stream_);
   }
 
-  void take_cols(const Tensor& x, int64_t c0, Tensor& out) override {
-    expect(out.dtype() == x.dtype() && rows_of(out) == rows_of(x) && c0 + out.dim(-1) <= x.dim(-1), "take_cols", "shape");
-    gpu::take_cols(x.data(), elem_of(x.dtype()), rows_of(x), x.dim(-1), c0, out.dim(-1), out.data(), stream_);
+  void copy_cols(const Tensor& src, int64_t s0, Tensor& dst, int64_t d0, int64_t n) override {
+    const int64_t sld = src.dim(-1), dld = dst.dim(-1);
+    expect(dst.dtype() == src.dtype() && rows_of(dst) == rows_of(src) && s0 >= 0 && d0 >= 0 && n >= 0 &&
+               s0 + n <= sld && d0 + n <= dld,
+           "copy_cols", "shape");
+    const gpu::Elem e = elem_of(src.dtype());
+    gpu::copy_cols(src.data(), e, sld, s0, dst.data(), e, dld, d0, rows_of(src), n, stream_);
   }
 
   void cache_write(KVPool& pool, int64_t layer, const std::vector<int32_t>& slots, const Tensor& rows) override {
