@@ -262,15 +262,17 @@ double rounding_ratio(const Tensor& host, const Want& w) {
   return worst;
 }
 
-NcclOptions one_shot_only() {
+NcclOptions one_shot_only(bool push = true) {
   NcclOptions o;
   o.one_shot_max_bytes = o.two_shot_max_bytes = size_t(64) << 20;
+  o.push = push;
   return o;
 }
-NcclOptions two_shot_only() {
+NcclOptions two_shot_only(bool push = true) {
   NcclOptions o;
   o.one_shot_max_bytes = 0;
   o.two_shot_max_bytes = size_t(64) << 20;
+  o.push = push;
   return o;
 }
 NcclOptions nccl_only() {
@@ -282,7 +284,7 @@ NcclOptions nccl_only() {
 // ---- the tests ---------------------------------------------------------------------------------
 
 TEST(Nccl, AllReduceOursGiveRankOrderBitsNcclWithinRounding) {
-  on_every_gpu(4, [](int r, int n, const std::vector<std::string>& ids) {
+  on_every_gpu(6, [](int r, int n, const std::vector<std::string>& ids) {
     Report rep;
     auto ops = make_ops(Platform::CUDA, DType::BF16);
     struct Path {
@@ -291,10 +293,12 @@ TEST(Nccl, AllReduceOursGiveRankOrderBitsNcclWithinRounding) {
       bool exact;
     };
     std::vector<Path> paths;
-    paths.push_back({"one-shot", nccl_communicator(r, n, ids[0], *ops, one_shot_only()), true});
-    paths.push_back({"two-shot", nccl_communicator(r, n, ids[1], *ops, two_shot_only()), true});
-    paths.push_back({"nccl", nccl_communicator(r, n, ids[2], *ops, nccl_only()), false});
-    paths.push_back({"default", nccl_communicator(r, n, ids[3], *ops), false});  // ours up to two_shot_max_bytes
+    paths.push_back({"default", nccl_communicator(r, n, ids[0], *ops), false});  // ours up to two_shot_max_bytes
+    paths.push_back({"one-shot push", nccl_communicator(r, n, ids[1], *ops, one_shot_only(true)), true});
+    paths.push_back({"one-shot pull", nccl_communicator(r, n, ids[2], *ops, one_shot_only(false)), true});
+    paths.push_back({"two-shot push", nccl_communicator(r, n, ids[3], *ops, two_shot_only(true)), true});
+    paths.push_back({"two-shot pull", nccl_communicator(r, n, ids[4], *ops, two_shot_only(false)), true});
+    paths.push_back({"nccl", nccl_communicator(r, n, ids[5], *ops, nccl_only()), false});
     for (DType t : {DType::F32, DType::BF16})
       for (int64_t len : {int64_t(1), int64_t(3), int64_t(1000), int64_t(128 * 7168),
                           int64_t((64 << 20) / dtype_size(t))}) {
@@ -305,7 +309,7 @@ TEST(Nccl, AllReduceOursGiveRankOrderBitsNcclWithinRounding) {
           const Tensor h = ops->download(x);
           const int64_t bad = first_difference(h, w.bits);
           const double ratio = rounding_ratio(h, w);
-          const bool exact = p.exact || (p.c == paths[3].c && h.nbytes() <= NcclOptions{}.two_shot_max_bytes);
+          const bool exact = p.exact || (p.c == paths[0].c && h.nbytes() <= NcclOptions{}.two_shot_max_bytes);
           if (exact && bad >= 0)
             rep.fail("{} {} [{}]: element {} is {}, the rank-order sum {}", p.name, dtype_name(t), len, bad, h.at(size_t(bad)),
                      load_as_double(w.bits.data(), t, size_t(bad)));
@@ -369,7 +373,7 @@ TEST(Nccl, GatherScatterBroadcastThroughNccl) {
 // A graph of: fill, three all-reduces back to back (a fused step on the fused path); replayed twice,
 // each replay gives the eager bits.
 TEST(Nccl, GraphReplaysGiveEagerBits) {
-  on_every_gpu(3, [](int r, int n, const std::vector<std::string>& ids) {
+  on_every_gpu(5, [](int r, int n, const std::vector<std::string>& ids) {
     Report rep;
     auto ops = make_ops(Platform::CUDA, DType::BF16);
     const cudaStream_t st = gpu_ops(*ops).stream();
@@ -378,9 +382,11 @@ TEST(Nccl, GraphReplaysGiveEagerBits) {
       std::unique_ptr<Communicator> c;
     };
     std::vector<Path> paths;
-    paths.push_back({"one-shot", nccl_communicator(r, n, ids[0], *ops, one_shot_only())});
-    paths.push_back({"two-shot", nccl_communicator(r, n, ids[1], *ops, two_shot_only())});
-    paths.push_back({"nccl", nccl_communicator(r, n, ids[2], *ops, nccl_only())});
+    paths.push_back({"one-shot push", nccl_communicator(r, n, ids[0], *ops, one_shot_only(true))});
+    paths.push_back({"one-shot pull", nccl_communicator(r, n, ids[1], *ops, one_shot_only(false))});
+    paths.push_back({"two-shot push", nccl_communicator(r, n, ids[2], *ops, two_shot_only(true))});
+    paths.push_back({"two-shot pull", nccl_communicator(r, n, ids[3], *ops, two_shot_only(false))});
+    paths.push_back({"nccl", nccl_communicator(r, n, ids[4], *ops, nccl_only())});
     for (Path& p : paths)
       for (DType t : {DType::F32, DType::BF16})
         for (int64_t len : {int64_t(1000), int64_t(128 * 7168), int64_t(3 << 20)}) {
@@ -495,8 +501,8 @@ TEST(Nccl, RanksThatDisagreeAllFailAndNoneHangs) {
       Tensor y = ops->empty(DType::F32, {4});
       ops->fill(y, 1.0);
       const std::string other =
-          r == 1 ? "rank 0 called all_reduce (one-shot) of 8 f32"
-                 : fmt::format("rank 1 called all_reduce ({}) of {} f32", odd == 7 ? "one-shot" : "two-shot", odd);
+          r == 1 ? "rank 0 called all_reduce (one-shot push) of 8 f32"
+                 : fmt::format("rank 1 called all_reduce ({} push) of {} f32", odd == 7 ? "one-shot" : "two-shot", odd);
       try {
         c->all_reduce(y);
         rep.fail("size {}: no error after ranks disagreed", odd);

@@ -1,6 +1,7 @@
 // bench_allreduce — the all-reduce of the NCCL communicator (mla/nccl.h) on every visible GPU, one
 // process per GPU (forked before any CUDA call, CUDA_VISIBLE_DEVICES rotated). For each size from
-// 16 KB to 256 MB (bf16): one-shot, two-shot, NCCL and the default choice, each eager (back-to-back
+// 16 KB to 256 MB (bf16): NCCL, one-shot and two-shot (push, and pull: mla/nccl.h) and the default
+// choice, each eager (back-to-back
 // calls) and inside a CUDA graph of 20 back-to-back all-reduces; µs per call and bus bandwidth
 // 2(n−1)/n · bytes / t. The ceiling measured in the same run: a 256 MB cudaMemcpyPeerAsync from
 // rank 0's GPU to rank 1's. Prints one JSON object (rank 0) on stdout.
@@ -72,19 +73,23 @@ struct Timer {
 nlohmann::json run_rank(int r, int n, const std::vector<std::string>& ids, size_t max_bytes) {
   auto ops = make_ops(Platform::CUDA, DType::BF16);
   const cudaStream_t st = dynamic_cast<gpu::GpuOps&>(*ops).stream();
-  NcclOptions one, two, nccl, def;
+  NcclOptions one, two, one_pull, two_pull, nccl, def;
   one.one_shot_max_bytes = one.two_shot_max_bytes = max_bytes;
   two.one_shot_max_bytes = 0, two.two_shot_max_bytes = max_bytes;
+  one_pull = one, two_pull = two;
+  one_pull.push = two_pull.push = false;
   nccl.use_ours = false;
   struct Mode {
     const char* name;
     std::unique_ptr<Communicator> c;
   };
   std::vector<Mode> modes;
-  modes.push_back({"one_shot", nccl_communicator(r, n, ids[0], *ops, one)});
-  modes.push_back({"two_shot", nccl_communicator(r, n, ids[1], *ops, two)});
-  modes.push_back({"nccl", nccl_communicator(r, n, ids[2], *ops, nccl)});
-  modes.push_back({"default", nccl_communicator(r, n, ids[3], *ops, def)});
+  modes.push_back({"nccl", nccl_communicator(r, n, ids[0], *ops, nccl)});
+  modes.push_back({"one_shot", nccl_communicator(r, n, ids[1], *ops, one)});
+  modes.push_back({"two_shot", nccl_communicator(r, n, ids[2], *ops, two)});
+  modes.push_back({"one_shot_pull", nccl_communicator(r, n, ids[3], *ops, one_pull)});
+  modes.push_back({"two_shot_pull", nccl_communicator(r, n, ids[4], *ops, two_pull)});
+  modes.push_back({"default", nccl_communicator(r, n, ids[5], *ops, def)});
   Timer timer;
   constexpr int kGraphCalls = 20;
   nlohmann::json sizes = nlohmann::json::array();
@@ -146,13 +151,14 @@ nlohmann::json run_rank(int r, int n, const std::vector<std::string>& ids, size_
            {"peer_copy_GBps", double(cb) / (ms * 1e-3) * 1e-9},
            {"default_one_shot_max_bytes", def.one_shot_max_bytes},
            {"default_two_shot_max_bytes", def.two_shot_max_bytes},
+           {"default_push", def.push},
            {"graph_calls", kGraphCalls},
            {"sizes", sizes}};
   }
   // Every rank waits here for rank 0's copy, so that the communicators are freed together.
   Tensor one_elem = ops->empty(DType::F32, {1});
   ops->fill(one_elem, 1.0);
-  modes[2].c->all_reduce(one_elem);
+  modes[0].c->all_reduce(one_elem);
   ops->synchronize();
   return out;
 }
@@ -187,7 +193,7 @@ int main(int argc, char** argv) {
     rd[size_t(r)] = p[0], wr[size_t(r)] = p[1];
   }
   std::vector<pid_t> pids;
-  constexpr int kIds = 4;
+  constexpr int kIds = 6;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = ::fork();
     if (pid != 0) {

@@ -30,9 +30,13 @@ std::string nccl_unique_id();
 
 struct NcclOptions {
   // all_reduce of at most this many bytes: one-shot (and all_reduce_add_rmsnorm fused); then up to
-  // two_shot_max_bytes: two-shot; above: NCCL. Each rank holds 2 · max(both) bytes of peer buffer.
+  // two_shot_max_bytes: two-shot; above: NCCL. Each rank holds two halves of peer buffer, each as large as the largest
+  // call needs (push: size × one_shot_max_bytes, 2 × two_shot_max_bytes; pull: the bytes).
   size_t one_shot_max_bytes = size_t(2) << 20;
   size_t two_shot_max_bytes = size_t(16) << 20;
+  // Our kernels write into the peers' buffers and read their own (push), or copy into their own and
+  // read the peers' (pull). Every rank must pass the same options.
+  bool push = true;
   bool use_ours = true;        // false: every collective through NCCL
   bool check_shapes = true;    // the barrier before each NCCL call (needs use_ours)
   double barrier_timeout_s = 60;

@@ -37,8 +37,10 @@ bool ours_dtype(DType t) { return t == DType::F32 || t == DType::BF16; }
 std::string describe(uint64_t tag) {
   using cuda::ArKind;
   const ArKind k = cuda::ar_tag_kind(tag);
-  const char* what = k == ArKind::OneShot             ? "all_reduce (one-shot)"
-                     : k == ArKind::TwoShot           ? "all_reduce (two-shot)"
+  const char* what = k == ArKind::OneShot             ? "all_reduce (one-shot pull)"
+                     : k == ArKind::TwoShot           ? "all_reduce (two-shot pull)"
+                     : k == ArKind::OneShotPush       ? "all_reduce (one-shot push)"
+                     : k == ArKind::TwoShotPush       ? "all_reduce (two-shot push)"
                      : k == ArKind::Fused             ? "all_reduce_add_rmsnorm"
                      : k == ArKind::NcclAllReduce     ? "all_reduce (NCCL)"
                      : k == ArKind::NcclAllGather     ? "all_gather"
@@ -66,7 +68,7 @@ class NcclCommunicator final : public Communicator {
     ops_.synchronize();
     MLA_NCCL_CHECK(ncclCommInitRank(&comm_, size, uid, rank));
     try {
-      MLA_GPU_CHECK(cudaMalloc(&scratch_, 16 * size_t(size) * sizeof(cudaIpcMemHandle_t)));
+      MLA_GPU_CHECK(cudaMalloc(&scratch_, size_t(size) * (sizeof(cudaIpcMemHandle_t) + 64)));
       if (o.use_ours && size >= 2 && size <= cuda::kArMaxRanks) map_peers();
     } catch (...) {
       release(true);
@@ -85,10 +87,12 @@ class NcclCommunicator final : public Communicator {
     if (size_ == 1) return;
     const size_t bytes = x.nbytes();
     if (p_.size && ours_dtype(x.dtype()) && bytes <= o_.two_shot_max_bytes) {
-      const bool one = bytes <= o_.one_shot_max_bytes;
-      const uint64_t tag = tag_of(one ? cuda::ArKind::OneShot : cuda::ArKind::TwoShot, x.dtype(), 0, x.numel());
-      if (one) cuda::ar_one_shot(p_, x.data(), gpu::elem_of(x.dtype()), x.numel(), tag, st_);
-      else cuda::ar_two_shot(p_, x.data(), gpu::elem_of(x.dtype()), x.numel(), tag, st_);
+      using cuda::ArKind;
+      const bool one = bytes <= o_.one_shot_max_bytes, push = o_.push;
+      const ArKind k = one ? (push ? ArKind::OneShotPush : ArKind::OneShot) : (push ? ArKind::TwoShotPush : ArKind::TwoShot);
+      const uint64_t tag = tag_of(k, x.dtype(), 0, x.numel());
+      if (one) cuda::ar_one_shot(p_, x.data(), gpu::elem_of(x.dtype()), x.numel(), push, tag, st_);
+      else cuda::ar_two_shot(p_, x.data(), gpu::elem_of(x.dtype()), x.numel(), push, tag, st_);
       return;
     }
     const ncclDataType_t t = nccl_type(x.dtype(), name());
@@ -184,7 +188,12 @@ class NcclCommunicator final : public Communicator {
   }
 
   void map_peers() {
-    const size_t half = (std::max(o_.one_shot_max_bytes, o_.two_shot_max_bytes) + 255) / 256 * 256;
+    // The largest call of each path (the fused one pulls), in a half of whole 256-byte blocks.
+    const size_t half = (std::max({cuda::ar_half_bytes(false, o_.push, size_, o_.one_shot_max_bytes),
+                                   cuda::ar_half_bytes(false, false, size_, o_.one_shot_max_bytes),
+                                   o_.two_shot_max_bytes > o_.one_shot_max_bytes
+                                       ? cuda::ar_half_bytes(true, o_.push, size_, o_.two_shot_max_bytes)
+                                       : size_t(0)}) + 255) / 256 * 256;
     MLA_GPU_CHECK(cudaMalloc(&region_, cuda::kArFlagBytes + 2 * half));
     MLA_GPU_CHECK(cudaMemset(region_, 0, cuda::kArFlagBytes));
     MLA_GPU_CHECK(cudaMalloc(&state_, 2 * cuda::kArBlocks * sizeof(uint64_t)));
@@ -195,15 +204,27 @@ class NcclCommunicator final : public Communicator {
     MLA_GPU_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev), err_host_, 0));
     MLA_GPU_CHECK(cudaDeviceSynchronize());  // the zeroed flags before any peer can see them
 
-    // Every rank's handle, gathered through NCCL.
-    std::vector<cudaIpcMemHandle_t> handles(static_cast<size_t>(size_));
-    MLA_GPU_CHECK(cudaIpcGetMemHandle(&handles[size_t(rank_)], region_));
+    // Every rank's handle and layout, gathered through NCCL: a rank writes into the peers' halves,
+    // so all must have made the same ones.
+    struct Shared {
+      cudaIpcMemHandle_t handle;
+      uint64_t half, push;
+    };
+    std::vector<Shared> all(static_cast<size_t>(size_));
+    Shared& me = all[size_t(rank_)];
+    MLA_GPU_CHECK(cudaIpcGetMemHandle(&me.handle, region_));
+    me.half = half, me.push = o_.push;
     auto* dev = static_cast<char*>(scratch_);
-    const size_t hs = sizeof(cudaIpcMemHandle_t);
-    MLA_GPU_CHECK(cudaMemcpyAsync(dev + rank_ * hs, &handles[size_t(rank_)], hs, cudaMemcpyHostToDevice, st_));
+    const size_t hs = sizeof(Shared);
+    MLA_GPU_CHECK(cudaMemcpyAsync(dev + rank_ * hs, &me, hs, cudaMemcpyHostToDevice, st_));
     MLA_NCCL_CHECK(ncclAllGather(dev + rank_ * hs, dev, hs, ncclChar, comm_, st_));
-    MLA_GPU_CHECK(cudaMemcpyAsync(handles.data(), dev, hs * size_t(size_), cudaMemcpyDeviceToHost, st_));
+    MLA_GPU_CHECK(cudaMemcpyAsync(all.data(), dev, hs * size_t(size_), cudaMemcpyDeviceToHost, st_));
     MLA_GPU_CHECK(cudaStreamSynchronize(st_));
+    for (int r = 0; r < size_; ++r)
+      if (all[size_t(r)].half != all[0].half || all[size_t(r)].push != all[0].push)
+        fail("nccl communicator: rank {} chose other all-reduce options than rank 0 ({} against {} bytes of "
+             "peer buffer, push {} against {}); every rank must pass the same NcclOptions",
+             r, all[size_t(r)].half, all[0].half, bool(all[size_t(r)].push), bool(all[0].push));
 
     p_.rank = rank_;
     p_.half_bytes = half;
@@ -216,7 +237,7 @@ class NcclCommunicator final : public Communicator {
         continue;
       }
       void* q = nullptr;
-      MLA_GPU_CHECK(cudaIpcOpenMemHandle(&q, handles[size_t(r)], cudaIpcMemLazyEnablePeerAccess));
+      MLA_GPU_CHECK(cudaIpcOpenMemHandle(&q, all[size_t(r)].handle, cudaIpcMemLazyEnablePeerAccess));
       p_.region[r] = static_cast<char*>(q);
     }
     p_.size = size_;  // our kernels are on

@@ -262,6 +262,119 @@ __global__ void __launch_bounds__(kArThreads) two_shot_k(ArPeers p, T* x, int64_
   end(p, s);
 }
 
+// The push flavours: a rank writes its data into the peers' buffers (NVLink writes, which need no
+// round trip) and reads only its own buffer after the barrier.
+//
+// One-shot push: rank r writes its units into slot r of every rank's half (slots of `units` units);
+// after the barrier each rank sums its own slots in rank order.
+template <int N, typename T, bool kVec>
+__global__ void __launch_bounds__(kArThreads) one_shot_push_k(ArPeers p, T* x, int64_t n, uint64_t tag) {
+  constexpr int B = batch_of<N>();
+  __shared__ Block s;
+  begin(p, s, true);
+  char* dst[N];
+  halves<N>(p, s, dst);
+  const int64_t units = (n + Unit<T>::V - 1) / Unit<T>::V;
+  const size_t slot = size_t(units) * sizeof(Unit<T>);
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step = int64_t(kArBlocks) * blockDim.x;
+  for (int64_t j0 = first; j0 < units; j0 += step * B) {
+    Unit<T> a[B];
+#pragma unroll
+    for (int k = 0; k < B; ++k)
+      if (j0 + k * step < units) a[k] = load_unit<T, kVec>(x, j0 + k * step, n);
+#pragma unroll
+    for (int k = 0; k < B; ++k)
+      if (j0 + k * step < units)
+#pragma unroll
+        for (int q = 0; q < N; ++q) reinterpret_cast<Unit<T>*>(dst[q] + p.rank * slot)[j0 + k * step] = a[k];
+  }
+  if (barrier(p, s, tag)) {
+    char* src[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) src[r] = dst[p.rank] + r * slot;
+    reduce_units<N, T, kVec, B>(src, x, nullptr, 0, units, n, first, step);
+  }
+  end(p, s);
+}
+
+// Two-shot push: the units in N slices of `per`; rank r writes its slice q into slot r of rank q's
+// half; after the barrier rank q sums its slots (its slice, rank order) and writes the sum into
+// gathered slice q of every rank's half; after the second barrier each rank copies the gathered
+// slices out. A half holds N slots and N gathered slices of `per` units.
+template <int N, typename T, bool kVec>
+__global__ void __launch_bounds__(kArThreads) two_shot_push_k(ArPeers p, T* x, int64_t n, uint64_t tag) {
+  constexpr int B = batch_of<N>();
+  constexpr int V = Unit<T>::V;
+  using U = Unit<T>;
+  __shared__ Block s;
+  begin(p, s, true);
+  char* half[N];
+  halves<N>(p, s, half);
+  const int64_t units = (n + V - 1) / V, per = (units + N - 1) / N;
+  const size_t slot = size_t(per) * sizeof(U);
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step = int64_t(kArBlocks) * blockDim.x;
+  auto lo = [&](int q) { return min(units, q * per); };
+  auto len = [&](int q) { return min(units, (q + 1) * per) - lo(q); };
+  const int me = p.rank;
+#pragma unroll
+  for (int q = 0; q < N; ++q) {  // my slice q → slot me of rank q
+    const T* from = x + lo(q) * V;
+    const int64_t from_n = n - lo(q) * V, l = len(q);
+    U* to = reinterpret_cast<U*>(half[q] + me * slot);
+    for (int64_t j0 = first; j0 < l; j0 += step * B) {
+      U a[B];
+#pragma unroll
+      for (int k = 0; k < B; ++k)
+        if (j0 + k * step < l) a[k] = load_unit<T, kVec>(from, j0 + k * step, from_n);
+#pragma unroll
+      for (int k = 0; k < B; ++k)
+        if (j0 + k * step < l) to[j0 + k * step] = a[k];
+    }
+  }
+  if (barrier(p, s, tag)) {
+    {  // my slice: Σ of my slots → x and every rank's gathered slice me
+      T* out = x + lo(me) * V;
+      const int64_t out_n = n - lo(me) * V, l = len(me);
+      for (int64_t j0 = first; j0 < l; j0 += step * B) {
+        U a[B][N];
+#pragma unroll
+        for (int k = 0; k < B; ++k)
+          if (j0 + k * step < l) {
+#pragma unroll
+            for (int r = 0; r < N; ++r) a[k][r] = reinterpret_cast<const U*>(half[me] + r * slot)[j0 + k * step];
+          }
+#pragma unroll
+        for (int k = 0; k < B; ++k)
+          if (j0 + k * step < l) {
+            const U v = sum_units<N, T>(a[k]);
+            store_unit<T, kVec>(out, j0 + k * step, out_n, v);
+#pragma unroll
+            for (int q = 0; q < N; ++q)
+              if (q != me) reinterpret_cast<U*>(half[q] + (N + me) * slot)[j0 + k * step] = v;
+          }
+      }
+    }
+    if (barrier(p, s, tag))
+#pragma unroll
+      for (int q = 0; q < N; ++q) {
+        if (q == me) continue;
+        const U* from = reinterpret_cast<const U*>(half[me] + (N + q) * slot);
+        T* out = x + lo(q) * V;
+        const int64_t out_n = n - lo(q) * V, l = len(q);
+        for (int64_t j0 = first; j0 < l; j0 += step * B) {
+          U a[B];
+#pragma unroll
+          for (int k = 0; k < B; ++k)
+            if (j0 + k * step < l) a[k] = from[j0 + k * step];
+#pragma unroll
+          for (int k = 0; k < B; ++k)
+            if (j0 + k * step < l) store_unit<T, kVec>(out, j0 + k * step, out_n, a[k]);
+        }
+      }
+  }
+  end(p, s);
+}
+
 // Block b takes rows b, b + kArBlocks, …. After the barrier, per row: the sum of the peers' y, h += y
 // and x = h for the whole row (any thread, 16-byte units), then RMSNorm exactly as gpu::add_rmsnorm
 // does it (256 threads, the same element of the row on the same thread: the same bits).
@@ -324,10 +437,16 @@ __global__ void check_k(ArPeers p, uint64_t tag) {
 }
 
 template <int N, typename T>
-void launch(bool two, const ArPeers& p, void* x, int64_t n, uint64_t tag, cudaStream_t st) {
+void launch(bool two, bool push, const ArPeers& p, void* x, int64_t n, uint64_t tag, cudaStream_t st) {
   auto* px = static_cast<T*>(x);
   const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && (size_t(n) * sizeof(T)) % 16 == 0;
-  if (two) {
+  if (push && two) {
+    if (vec) two_shot_push_k<N, T, true><<<kArBlocks, kArThreads, 0, st>>>(p, px, n, tag);
+    else two_shot_push_k<N, T, false><<<kArBlocks, kArThreads, 0, st>>>(p, px, n, tag);
+  } else if (push) {
+    if (vec) one_shot_push_k<N, T, true><<<kArBlocks, kArThreads, 0, st>>>(p, px, n, tag);
+    else one_shot_push_k<N, T, false><<<kArBlocks, kArThreads, 0, st>>>(p, px, n, tag);
+  } else if (two) {
     if (vec) two_shot_k<N, T, true><<<kArBlocks, kArThreads, 0, st>>>(p, px, n, tag);
     else two_shot_k<N, T, false><<<kArBlocks, kArThreads, 0, st>>>(p, px, n, tag);
   } else {
@@ -337,9 +456,9 @@ void launch(bool two, const ArPeers& p, void* x, int64_t n, uint64_t tag, cudaSt
 }
 
 template <int N>
-void launch_typed(bool two, const ArPeers& p, void* x, Elem e, int64_t n, uint64_t tag, cudaStream_t st) {
-  if (e == Elem::F32) launch<N, float>(two, p, x, n, tag, st);
-  else launch<N, uint16_t>(two, p, x, n, tag, st);
+void launch_typed(bool two, bool push, const ArPeers& p, void* x, Elem e, int64_t n, uint64_t tag, cudaStream_t st) {
+  if (e == Elem::F32) launch<N, float>(two, push, p, x, n, tag, st);
+  else launch<N, uint16_t>(two, push, p, x, n, tag, st);
 }
 
 template <int N, typename TY>
@@ -369,12 +488,12 @@ static_assert(kArMaxRanks == 8, "by_size covers 2 … 8 ranks");
 
 }  // namespace
 
-void ar_one_shot(const ArPeers& p, void* x, Elem e, int64_t n, uint64_t tag, cudaStream_t s) {
-  by_size(p.size, [&]<int N>() { launch_typed<N>(false, p, x, e, n, tag, s); });
+void ar_one_shot(const ArPeers& p, void* x, Elem e, int64_t n, bool push, uint64_t tag, cudaStream_t s) {
+  by_size(p.size, [&]<int N>() { launch_typed<N>(false, push, p, x, e, n, tag, s); });
   MLA_GPU_LAUNCH_CHECK();
 }
-void ar_two_shot(const ArPeers& p, void* x, Elem e, int64_t n, uint64_t tag, cudaStream_t s) {
-  by_size(p.size, [&]<int N>() { launch_typed<N>(true, p, x, e, n, tag, s); });
+void ar_two_shot(const ArPeers& p, void* x, Elem e, int64_t n, bool push, uint64_t tag, cudaStream_t s) {
+  by_size(p.size, [&]<int N>() { launch_typed<N>(true, push, p, x, e, n, tag, s); });
   MLA_GPU_LAUNCH_CHECK();
 }
 void ar_add_rmsnorm(const ArPeers& p, void* y, Elem ye, void* h, Elem he, void* x, int64_t M, int64_t n,

@@ -5,7 +5,9 @@
 // every rank as the in-process communicator.
 //
 // Each rank owns one peer-mapped region: flags [kBlocks] blocks × kMaxRanks sources, then two data
-// halves (consecutive data calls alternate halves, so no call needs a barrier at its end). Block b
+// halves (consecutive data calls alternate halves, so no call needs a barrier at its end). A call
+// either copies its data into its own half and reads the peers' (pull), or writes it into the peers'
+// halves and reads its own (push). Block b
 // of every kernel meets block b of the other ranks at a barrier: each signals (epoch, tag) into the
 // peers' flags with a system-scope release and waits for theirs with acquire loads; every grid has
 // kBlocks blocks, and block b reads only what block b of each rank wrote, so a per-block barrier is
@@ -30,7 +32,9 @@ inline constexpr int kArNormThreads = 256;      // the fused kernel: the block G
 inline constexpr size_t kArFlagBytes = 128 << 10;  // the flags at the start of each region
 
 // What a barrier's tag says; kinds of the NCCL calls only take part in the shape check.
-enum class ArKind : uint8_t { OneShot = 1, TwoShot, Fused, NcclAllReduce, NcclAllGather, NcclReduceScatter, NcclBroadcast };
+enum class ArKind : uint8_t {
+  OneShot = 1, TwoShot, Fused, NcclAllReduce, NcclAllGather, NcclReduceScatter, NcclBroadcast, OneShotPush, TwoShotPush
+};
 // kind (8 bits) | dtype (8) | root (8) | element count (40)
 inline uint64_t ar_tag(ArKind k, uint8_t dtype, int root, int64_t numel) {
   return uint64_t(k) << 56 | uint64_t(dtype) << 48 | uint64_t(uint8_t(root)) << 40 |
@@ -57,9 +61,17 @@ struct ArPeers {
   uint64_t timeout_ns = 0;
 };
 
-// x[n] (f32 or bf16) ← Σ_r x_r. Needs n · dtype size ≤ half_bytes. `tag`: ar_tag of the call.
-void ar_one_shot(const ArPeers& p, void* x, Elem e, int64_t n, uint64_t tag, cudaStream_t s);
-void ar_two_shot(const ArPeers& p, void* x, Elem e, int64_t n, uint64_t tag, cudaStream_t s);
+// x[n] (f32 or bf16) ← Σ_r x_r; `tag`: ar_tag of the call. Pull: each rank copies x into its own
+// half and reads the peers' (a half of ar_half_bytes(pull) bytes); push: each rank writes x into the
+// peers' halves and reads only its own.
+void ar_one_shot(const ArPeers& p, void* x, Elem e, int64_t n, bool push, uint64_t tag, cudaStream_t s);
+void ar_two_shot(const ArPeers& p, void* x, Elem e, int64_t n, bool push, uint64_t tag, cudaStream_t s);
+// The data half a call of `bytes` needs.
+inline size_t ar_half_bytes(bool two, bool push, int size, size_t bytes) {
+  const size_t units = (bytes + 15) / 16, per = (units + size_t(size) - 1) / size_t(size);
+  if (!push) return two ? per * size_t(size) * 16 : units * 16;
+  return two ? 2 * per * size_t(size) * 16 : units * size_t(size) * 16;
+}
 // y[M, n] ← Σ_r y_r (one-shot), h += y, x ← RMSNorm(h) · w: the bits of ar_one_shot followed by
 // gpu::add_rmsnorm.
 void ar_add_rmsnorm(const ArPeers& p, void* y, Elem ye, void* h, Elem he, void* x, int64_t M, int64_t n,
