@@ -122,6 +122,41 @@ nlohmann::json run_rank(int r, int n, const std::vector<std::string>& ids, size_
     }
     sizes.push_back(row);
   }
+  // Decode's residual step: all_reduce + add_rmsnorm against the fused kernel (default options),
+  // [M, 7168] bf16, in a graph of 20 steps.
+  nlohmann::json fused = nlohmann::json::array();
+  Communicator& dc = *modes.back().c;
+  for (int64_t M : {1, 8, 32, 64, 128}) {
+    const int64_t d = 7168;
+    Tensor y = ops->empty(DType::BF16, {M, d}), h = ops->empty(DType::BF16, {M, d}), x = ops->empty(DType::BF16, {M, d});
+    Tensor w = ops->empty(DType::BF16, {d});
+    ops->fill_random(y, 1 + uint64_t(r), 1e-3), ops->fill_random(h, 9, 1.0), ops->fill_random(w, 7, 1.0);
+    nlohmann::json row = {{"rows", M}, {"bytes", M * d * 2}};
+    for (bool fuse : {false, true}) {
+      auto step = [&] {
+        if (fuse) dc.all_reduce_add_rmsnorm(y, h, x, w, 1e-6, *ops);
+        else {
+          dc.all_reduce(y);
+          ops->add_rmsnorm(h, y, x, w, 1e-6);
+        }
+      };
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t ge = nullptr;
+      MLA_GPU_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < kGraphCalls; ++i) step();
+      MLA_GPU_CHECK(cudaStreamEndCapture(st, &g));
+      MLA_GPU_CHECK(cudaGraphInstantiate(&ge, g, 0));
+      MLA_GPU_CHECK(cudaGraphLaunch(ge, st));
+      const int reps = 20;
+      const double us = timer.ms(st, [&] {
+        for (int i = 0; i < reps; ++i) MLA_GPU_CHECK(cudaGraphLaunch(ge, st));
+      }) * 1e3 / (reps * kGraphCalls);
+      MLA_GPU_CHECK(cudaGraphExecDestroy(ge));
+      MLA_GPU_CHECK(cudaGraphDestroy(g));
+      row[fuse ? "fused_graph_us" : "unfused_graph_us"] = us;
+    }
+    fused.push_back(row);
+  }
   nlohmann::json out;
   if (r == 0) {
     // The ceiling: one 256 MB copy from this GPU into the next one, alone on the link.
@@ -153,7 +188,8 @@ nlohmann::json run_rank(int r, int n, const std::vector<std::string>& ids, size_
            {"default_two_shot_max_bytes", def.two_shot_max_bytes},
            {"default_push", def.push},
            {"graph_calls", kGraphCalls},
-           {"sizes", sizes}};
+           {"sizes", sizes},
+           {"all_reduce_add_rmsnorm", fused}};
   }
   // Every rank waits here for rank 0's copy, so that the communicators are freed together.
   Tensor one_elem = ops->empty(DType::F32, {1});

@@ -5,7 +5,9 @@
 // be captured in a CUDA graph (replays give the eager bits).
 //
 // Sums: ours (one-shot, two-shot, fused) add in f32 in rank order 0 … n−1 and round once, the bits
-// of the in-process communicator. NCCL's (all-reduce above two_shot_max_bytes, reduce_scatter) add
+// of the in-process communicator. all_reduce_add_rmsnorm runs fused (one kernel: the one-shot sum,
+// h += y, the norm) when y fits one_shot_max_bytes and has at most 64 rows; else all_reduce, then
+// Ops::add_rmsnorm. NCCL's (all-reduce above two_shot_max_bytes, reduce_scatter) add
 // in NCCL's ring order, in the tensor's dtype: within rounding of ours, not the same bits.
 //
 // Ranks that disagree on a collective's kind, dtype, element count or root: our kernels carry all
@@ -29,11 +31,13 @@ namespace mla {
 std::string nccl_unique_id();
 
 struct NcclOptions {
-  // all_reduce of at most this many bytes: one-shot (and all_reduce_add_rmsnorm fused); then up to
-  // two_shot_max_bytes: two-shot; above: NCCL. Each rank holds two halves of peer buffer, each as large as the largest
-  // call needs (push: size × one_shot_max_bytes, 2 × two_shot_max_bytes; pull: the bytes).
-  size_t one_shot_max_bytes = size_t(2) << 20;
-  size_t two_shot_max_bytes = size_t(16) << 20;
+  // all_reduce of at most one_shot_max_bytes: one-shot; then up to two_shot_max_bytes: two-shot;
+  // above: NCCL. The defaults are where each was fastest on 2 H200s (NVLink, bench/NOTES.md): one-shot
+  // to 4 MB, two-shot to 64 MB. Each rank holds two halves of peer buffer, each as large as the
+  // largest call needs (push: size × one_shot_max_bytes, 2 × two_shot_max_bytes; pull: the bytes):
+  // 2 × 128 MB with the defaults.
+  size_t one_shot_max_bytes = size_t(4) << 20;
+  size_t two_shot_max_bytes = size_t(64) << 20;
   // Our kernels write into the peers' buffers and read their own (push), or copy into their own and
   // read the peers' (pull). Every rank must pass the same options.
   bool push = true;

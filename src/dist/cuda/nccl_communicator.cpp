@@ -139,7 +139,8 @@ class NcclCommunicator final : public Communicator {
            dtype_name(y.dtype()), shape_str(y.shape()), dtype_name(h.dtype()), shape_str(h.shape()),
            dtype_name(x.dtype()), shape_str(x.shape()), shape_str(w.shape()));
     if (&ops != &ops_ || !p_.size || !ours_dtype(y.dtype()) || !ours_dtype(h.dtype()) ||
-        y.nbytes() > o_.one_shot_max_bytes || n == 0) {
+        y.nbytes() > o_.one_shot_max_bytes || n == 0 || h.numel() / n > cuda::kArBlocks) {
+      // (past kArBlocks rows a block of the fused kernel normalizes several rows one after another)
       all_reduce(y);
       ops.add_rmsnorm(h, y, x, w, eps);
       return;

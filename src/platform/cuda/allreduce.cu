@@ -403,7 +403,8 @@ __global__ void __launch_bounds__(kArNormThreads)
         for (int k = 0; k < B; ++k)
           if (j0 + k * blockDim.x < row_units) {
 #pragma unroll
-            for (int r = 0; r < N; ++r) a[k][r] = load_unit<TY, kVec>(reinterpret_cast<const TY*>(row_src[r]), j0 + k * blockDim.x, n);
+            for (int r = 0; r < N; ++r)
+              a[k][r] = load_unit<TY, kVec>(reinterpret_cast<const TY*>(row_src[r]), j0 + k * blockDim.x, n);
           }
 #pragma unroll
         for (int k = 0; k < B; ++k) {
