@@ -17,6 +17,8 @@
 // after it never runs, so nothing hangs, but that process's CUDA context is lost) and the next
 // collective throws the same Error. A peer that stops coming (a crashed rank) makes our kernels
 // give up after barrier_timeout_s; that communicator then throws on every later call.
+//
+// Our kernels serve groups of 2 to 8 ranks; larger groups (and use_ours = false) use NCCL alone.
 #pragma once
 #include <cstddef>
 #include <memory>
