@@ -308,6 +308,21 @@ std::unique_ptr<RankGroup> RankGroup::connect(const GroupOptions& o, int rank) {
   l->data.resize(1);
   l->live.resize(1);
   const std::string what = fmt::format("rank {}", rank);
+  // Rank 0's answer on the control connection: 'G' + every rank's pid, or 'E' + why it refused.
+  auto answer = [&](Clock::time_point until) {
+    try {
+      const net::FrameHeader f = net::recv_frame_header(l->ctrl[0].get(), until);
+      const std::string body = net::recv_body(l->ctrl[0].get(), f.length, until);
+      if (f.type == 'E') fail("rank {}: rank 0 at {} refused: {}", rank, o.init_addr, body);
+      if (f.type != 'G' || body.size() != size_t(o.size) * 4)
+        fail("rank {}: rank 0 at {} answered with a malformed message", rank, o.init_addr);
+      net::Reader rd{body};
+      for (int r = 0; r < o.size; ++r) l->pids.push_back(rd.get<int32_t>());
+    } catch (const IoError& e) {
+      fail("rank {}: joining the group at {}: {} ({} s)", rank, o.init_addr,
+           std::string(e.what()) == "timed out" ? "the others did not all join in time" : e.what(), o.timeout_s);
+    }
+  };
   for (int ch = 0; ch < kChannels; ++ch) {
     int err = 0;
     for (;;) {  // rank 0 may not listen yet: retry until the deadline
@@ -318,6 +333,10 @@ std::unique_ptr<RankGroup> RankGroup::connect(const GroupOptions& o, int rank) {
       if (fd >= 0) {
         (ch == kCtrl ? l->ctrl : ch == kData ? l->data : l->live)[0] = Fd(fd);
         break;
+      }
+      if (ch > 0) {  // rank 0 stopped listening: it may have refused this rank already
+        pollfd p{l->ctrl[0].get(), POLLIN, 0};
+        if (::poll(&p, 1, 0) > 0) answer(deadline);
       }
       if (Clock::now() + std::chrono::milliseconds(100) >= deadline)
         fail("rank {}: cannot reach rank 0 at {} within {} s: {}", rank, o.init_addr, o.timeout_s, net::errno_str(err));
@@ -334,18 +353,7 @@ std::unique_ptr<RankGroup> RankGroup::connect(const GroupOptions& o, int rank) {
       fail("rank {}: rank 0 at {} closed the connection while joining: {}", rank, o.init_addr, e.what());
     }
   }
-  try {
-    const net::FrameHeader f = net::recv_frame_header(l->ctrl[0].get(), deadline);
-    const std::string body = net::recv_body(l->ctrl[0].get(), f.length, deadline);
-    if (f.type == 'E') fail("rank {}: rank 0 at {} refused: {}", rank, o.init_addr, body);
-    if (f.type != 'G' || body.size() != size_t(o.size) * 4)
-      fail("rank {}: rank 0 at {} answered with a malformed message", rank, o.init_addr);
-    net::Reader rd{body};
-    for (int r = 0; r < o.size; ++r) l->pids.push_back(rd.get<int32_t>());
-  } catch (const IoError& e) {
-    fail("rank {}: joining the group at {}: {} ({} s)", rank, o.init_addr,
-         std::string(e.what()) == "timed out" ? "the others did not all join in time" : e.what(), o.timeout_s);
-  }
+  answer(deadline);
   return std::unique_ptr<RankGroup>(new RankGroup(std::move(l)));
 }
 
@@ -465,10 +473,8 @@ void RankGroup::exit_when_peer_lost(std::function<void(const std::string&)> on_l
       const auto now = Clock::now();
       if (now >= next_beat) {
         static const char hb[9] = {'H', 0, 0, 0, 0, 0, 0, 0, 0};
-        for (Peer& q : peers)
-          if (!q.left && ::send(q.fd, hb, sizeof hb, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
-              errno != EWOULDBLOCK && errno != EINTR)
-            return lost(fmt::format("{} is gone: {}", l->who(q.rank), net::errno_str(errno)));
+        for (Peer& q : peers)  // a failed send shows as a closed or reset connection below
+          if (!q.left) [[maybe_unused]] ssize_t k = ::send(q.fd, hb, sizeof hb, MSG_NOSIGNAL | MSG_DONTWAIT);
         next_beat = now + beat;
       }
       for (Peer& q : peers)
@@ -485,7 +491,8 @@ void RankGroup::exit_when_peer_lost(std::function<void(const std::string&)> on_l
         if (q.left || !pfds[i + 1].revents) continue;
         char buf[4096];
         const ssize_t k = ::recv(q.fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (k == 0) return lost(fmt::format("{} is gone: connection closed", l->who(q.rank)));
+        if (k == 0 || (k < 0 && errno == ECONNRESET))  // its process ended (a reset: after our heartbeat)
+          return lost(fmt::format("{} is gone: connection closed", l->who(q.rank)));
         if (k < 0) {
           if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
           return lost(fmt::format("{} is gone: {}", l->who(q.rank), net::errno_str(errno)));
