@@ -214,6 +214,39 @@ TEST(Ranks, SocketCommunicatorHasTheInProcessBits) {
   }
 }
 
+// 64 MB and more per rank, one call.
+TEST(Ranks, SocketCommunicatorMovesBigTensors) {
+  const int n = 2;
+  const int64_t m = (int64_t(16) << 20) + 3;  // f32: 64 MB + 12 bytes
+  run_group(n, [&](int r, RankGroup& g) {
+    auto ops = make_ops(Platform::CPU, DType::F32);
+    auto c = g.communicator(*ops);
+    Tensor x = input(*ops, DType::F32, r, m);
+    c->all_reduce(x);
+    EXPECT_TRUE(bytes(x) == want_sum(DType::F32, n, 0, m)) << "rank " << r;
+    Tensor y = input(*ops, DType::F32, r, m);
+    c->broadcast(y, 1);
+    EXPECT_TRUE(bytes(y) == bytes(input(*ops, DType::F32, 1, m))) << "rank " << r;
+  });
+}
+
+// A rank whose process ends mid-collective (no watchdog here): every rank's collective fails with the
+// reason, none waits, and later collectives fail at once.
+TEST(Ranks, ALostRankBreaksTheGroupWithoutAHang) {
+  const int n = 3;
+  run_group(n, [&](int r, RankGroup& g) {
+    auto ops = make_ops(Platform::CPU, DType::F32);
+    auto c = g.communicator(*ops);
+    Tensor x = ops->empty(DType::F32, {1000});
+    c->all_reduce(x);
+    if (r == 2) ::_exit(0);  // gone without leaving the group
+    const std::string why = fmt::format("the group broke: rank 2 (pid {}): connection closed", g.pid_of(2));
+    expect_error([&] { c->all_reduce(x); }, {fmt::format("socket {}/3: all_reduce: ", r) + why}, fmt::format("rank {}", r));
+    expect_error([&] { c->all_reduce(x); }, {fmt::format("socket {}/3: all_reduce: the group is broken: rank 2 (pid ", r)},
+                 fmt::format("rank {}", r));
+  });
+}
+
 TEST(Ranks, DisagreementsFailOnEveryRankAndTheGroupGoesOn) {
   const int n = 3;
   run_group(n, [&](int r, RankGroup& g) {
@@ -437,6 +470,34 @@ TEST(RanksDeathTest, APeerKilledMidCollectiveStopsTheSurvivor) {
   // Rank 0 passes the loss of rank 2 on to rank 1.
   EXPECT_EXIT(lose_a_rank(3, 1, 2, false), ::testing::ExitedWithCode(3),
               pieces({"mla: tensor-parallel rank 1: rank 2 (pid ", ") is gone: connection closed (seen by rank 0); stopping\n"}));
+}
+
+// A peer that stops sending (its host died, or it is stopped) is lost after peer_timeout_s.
+[[noreturn]] void silent_peer() {
+  GroupOptions o;
+  o.size = 2;
+  o.timeout_s = 10;
+  o.peer_timeout_s = 0.5;
+  std::optional<Rendezvous> rv(Rendezvous::listen(o));
+  o.init_addr = rv->address();
+  if (::fork() == 0) {
+    child_setup();
+    rv.reset();
+    auto g = RankGroup::connect(o, 1);
+    g->exit_when_peer_lost();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::raise(SIGSTOP);  // its connections stay open, its heartbeats stop
+    ::_exit(0);
+  }
+  auto g = rv->accept();
+  const auto start = Clock::now();
+  g->exit_when_peer_lost();
+  outlive(start + std::chrono::milliseconds(2000));
+}
+
+TEST(RanksDeathTest, ASilentPeerIsLostAfterPeerTimeout) {
+  EXPECT_EXIT(silent_peer(), ::testing::ExitedWithCode(3),
+              pieces({"mla: tensor-parallel rank 0: rank 1 (pid ", ") is gone: nothing heard for 0.5 s; stopping\n"}));
 }
 
 // A rank that leaves in order (destroys its group) is not lost for the others.

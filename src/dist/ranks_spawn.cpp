@@ -180,7 +180,10 @@ RankChildren spawn_local_ranks(const std::vector<std::string>& argv, const Group
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       const int devnull = ::open("/dev/null", O_WRONLY);
-      if (devnull >= 0) ::dup2(devnull, STDOUT_FILENO);
+      if (devnull >= 0 && devnull != STDOUT_FILENO) {
+        ::dup2(devnull, STDOUT_FILENO);
+        ::close(devnull);
+      }
       ::execve(path.c_str(), cargs.data(), cenv.data());
       const int err = errno;
       [[maybe_unused]] ssize_t k = ::write(errpipe[1], &err, sizeof err);

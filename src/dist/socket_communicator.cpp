@@ -5,8 +5,8 @@
 // does (f32 sums in rank order, rounded once), and answers each rank: the result, or the one message
 // every rank fails with. A disagreement consumes every message, so the group stays usable.
 //
-// Data frames: header 'P' (rank → 0) followed by the input's bytes; answer 'R' + result bytes, or
-// 'E' + message.
+// Data frames: header 'P' (rank → 0) followed by the input's bytes; answer 'R' + result bytes, 'E' +
+// the message of a disagreement, or 'X' + why the group broke (a connection failed).
 #include <sys/socket.h>
 
 #include <cstring>
@@ -134,13 +134,16 @@ class SocketCommunicator final : public Communicator {
       const net::FrameHeader f = net::recv_frame_header(fd);
       if (f.type == 'E') {
         answer_error = net::recv_body(fd, f.length);
+      } else if (f.type == 'X') {
+        l_->broken = net::recv_body(fd, f.length);
+        answer_error = fmt::format("{}: the group broke: {}", op_name(p.op), l_->broken);
       } else {
         if (f.type != 'R') throw IoError("a malformed answer");
         receive_result(p, f.length, out, fd);
       }
     } catch (const IoError& e) {
       l_->broken = fmt::format("{}: {}", l_->who(0), e.what());
-      fail("{}: {}: {}", name(), op_name(p.op), l_->broken);
+      fail("{}: {}: the group broke: {}", name(), op_name(p.op), l_->broken);
     }
     if (!answer_error.empty()) fail("{}: {}", name(), answer_error);
     ops_.synchronize();
@@ -193,7 +196,7 @@ class SocketCommunicator final : public Communicator {
       }
     } catch (const IoError& e) {
       break_group(fmt::format("{}: {}", l_->who(r), e.what()));
-      fail("{}: {}: {}", name(), op_name(p0.op), l_->broken);
+      fail("{}: {}: the group broke: {}", name(), op_name(p0.op), l_->broken);
     }
     // The one message every rank fails with: what a rank found wrong, or the first disagreement.
     std::string bad;
@@ -217,7 +220,7 @@ class SocketCommunicator final : public Communicator {
       }
     } catch (const IoError& e) {
       break_group(fmt::format("answering: {}", e.what()));
-      fail("{}: {}: {}", name(), op_name(p0.op), l_->broken);
+      fail("{}: {}: the group broke: {}", name(), op_name(p0.op), l_->broken);
     }
     if (!bad.empty()) fail("{}: {}", name(), bad);
     ops_.synchronize();
@@ -290,11 +293,20 @@ class SocketCommunicator final : public Communicator {
     return acc;
   }
 
-  // A connection failed: the peers blocked on rank 0 see their connections close and fail too.
+  // A connection failed: the other ranks learn why ('X', where they wait for an answer) and see their
+  // connections close, so that none waits for ever; every later collective fails at once.
   void break_group(const std::string& why) {
     l_->broken = why;
-    for (int q = 1; q < l_->size; ++q)
-      if (l_->data[size_t(q)].valid()) ::shutdown(l_->data[size_t(q)].get(), SHUT_RDWR);
+    std::string frame(9, 'X');
+    const uint64_t n = why.size();
+    std::memcpy(frame.data() + 1, &n, 8);
+    frame += why;
+    for (int q = 1; q < l_->size; ++q) {
+      const int fd = l_->data[size_t(q)].get();
+      if (fd < 0) continue;
+      [[maybe_unused]] ssize_t k = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(fd, SHUT_RDWR);
+    }
   }
 
   std::shared_ptr<RankGroup::Links> l_;
