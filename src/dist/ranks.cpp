@@ -312,6 +312,7 @@ std::unique_ptr<RankGroup> RankGroup::connect(const GroupOptions& o, int rank) {
   auto answer = [&](Clock::time_point until) {
     try {
       const net::FrameHeader f = net::recv_frame_header(l->ctrl[0].get(), until);
+      if (f.length > (1 << 20)) fail("rank {}: rank 0 at {} answered with a malformed message", rank, o.init_addr);
       const std::string body = net::recv_body(l->ctrl[0].get(), f.length, until);
       if (f.type == 'E') fail("rank {}: rank 0 at {} refused: {}", rank, o.init_addr, body);
       if (f.type != 'G' || body.size() != size_t(o.size) * 4)
@@ -363,11 +364,9 @@ RankGroup::~RankGroup() {
     [[maybe_unused]] ssize_t n = ::write(watch_->wake_w.get(), &b, 1);
     if (watch_->thread.joinable()) watch_->thread.join();
   }
+  static const char quit[9] = {'Q', 0, 0, 0, 0, 0, 0, 0, 0};
   for (const Fd& fd : l_->live)  // leaving in order: the peers' watchdogs stop watching this rank
-    if (fd.valid()) try {
-        net::send_frame(fd.get(), 'Q', "");
-      } catch (const IoError&) {
-      }
+    if (fd.valid()) [[maybe_unused]] ssize_t k = ::send(fd.get(), quit, sizeof quit, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 int RankGroup::rank() const { return l_->rank; }

@@ -21,6 +21,8 @@ using net::IoError;
 
 namespace {
 
+constexpr uint64_t kMaxHeader = 1 << 20;  // a header or an error message; more is a broken stream
+
 enum class Op : uint8_t { AllReduce, AllGather, ReduceScatter, Broadcast };
 const char* op_name(Op op) {
   switch (op) {
@@ -132,6 +134,7 @@ class SocketCommunicator final : public Communicator {
       net::send_frame(fd, 'P', p.encode());
       if (p.payload) net::send_all(fd, x.data(), p.payload);
       const net::FrameHeader f = net::recv_frame_header(fd);
+      if ((f.type == 'E' || f.type == 'X') && f.length > kMaxHeader) throw IoError("a malformed answer");
       if (f.type == 'E') {
         answer_error = net::recv_body(fd, f.length);
       } else if (f.type == 'X') {
@@ -183,7 +186,7 @@ class SocketCommunicator final : public Communicator {
       for (; r < n; ++r) {
         const int fd = l_->data[size_t(r)].get();
         const net::FrameHeader f = net::recv_frame_header(fd);
-        if (f.type != 'P') throw IoError("a malformed collective header");
+        if (f.type != 'P' || f.length > kMaxHeader) throw IoError("a malformed collective header");
         Post& q = posts[size_t(r)] = Post::decode(net::recv_body(fd, f.length));
         if (takes_part(q, r)) {
           if (q.payload != uint64_t(numel_of(q.shape)) * dtype_size(q.dtype))
