@@ -48,7 +48,12 @@ struct ChildReaper {
         if (done[i]) continue;
         int st = 0;
         const pid_t r = ::waitpid(pids[i], &st, WNOHANG);
-        if (r != pids[i]) continue;  // still running (or reaped elsewhere: ECHILD, then nothing to watch)
+        if (r < 0 && errno == ECHILD) {  // reaped elsewhere (SIGCHLD ignored): its status is lost
+          done[i] = true;
+          ++exited;
+          continue;
+        }
+        if (r != pids[i]) continue;  // still running
         done[i] = true;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
           ++exited;
