@@ -43,10 +43,9 @@ void child_setup() {
 // threads must never exist in a process that forks ranks). A rank exits 0 only when f threw nothing and
 // failed no check; here every rank's status is checked.
 template <typename F>
-void run_group(int n, F f, double timeout_s = 20) {
-  GroupOptions o;
+void run_group(int n, F f, GroupOptions o = {}) {
   o.size = n;
-  o.timeout_s = timeout_s;
+  o.timeout_s = 20;
   std::optional<Rendezvous> rv(Rendezvous::listen(o));
   o.init_addr = rv->address();
   std::fflush(stdout);
@@ -58,6 +57,7 @@ void run_group(int n, F f, double timeout_s = 20) {
     if (pid == 0) {
       child_setup();
       if (r > 0) rv.reset();  // only rank 0 listens
+      o.node_rank = node_of(o, r);
       int code = 0;
       try {
         auto g = r == 0 ? rv->accept() : RankGroup::connect(o, r);
@@ -125,6 +125,24 @@ TEST(Ranks, JoinBroadcastInOrderAndBarrier) {
     });
     ::munmap(arrived, sizeof(std::atomic<int>) * 2);
   }
+}
+
+// Two hosts (here both on 127.0.0.1): rank 0 listens on every interface at init_addr's port.
+TEST(Ranks, TwoHostsJoinAtAGivenAddress) {
+  GroupOptions o;
+  o.nnodes = 2;
+  {
+    Rendezvous probe = Rendezvous::listen(GroupOptions{});  // a free port
+    o.init_addr = probe.address();
+  }
+  run_group(4, [&](int r, RankGroup& g) {
+    EXPECT_EQ(g.size(), 4);
+    EXPECT_EQ(g.broadcast(r == 0 ? "two hosts" : ""), "two hosts");
+  }, o);
+  o.size = 4;
+  EXPECT_EQ(local_rank(o, 1), 1);
+  EXPECT_EQ(local_rank(o, 2), 0);
+  EXPECT_EQ(node_of(o, 3), 1);
 }
 
 TEST(Ranks, OneRankIsAGroupToo) {
