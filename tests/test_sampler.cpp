@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <set>
 
 #include "engine/engine.h"
@@ -246,6 +247,159 @@ TEST(ArgmaxRows, IsTheSamplersGreedyTokenOnEveryPlatform) {
     ops->argmax_rows(dx, out);
     Tensor got = ops->download(out);
     for (int64_t r = 0; r < R; ++r) EXPECT_EQ(got.ptr<int32_t>()[r], want[size_t(r)]) << platform_name(p) << " row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace mla::engine
+
+namespace mla::engine {
+namespace {
+
+// Rows of logits with the parameters a server sees and the edges of the rule: greedy, top_k 1,
+// top_k past V, a tiny top_p, min_p near 1, temperatures 0.1-2, and ties (a coarse grid of values,
+// a whole row equal).
+struct SampleCase {
+  std::vector<float> x;  // [R, V]
+  std::vector<SampleRow> rows;
+};
+
+SampleCase sample_case(int64_t R, int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::normal_distribution<float> normal(0, 1);
+  SampleCase c;
+  c.x.resize(size_t(R * V));
+  for (int64_t r = 0; r < R; ++r) {
+    float* row = &c.x[size_t(r * V)];
+    const int kind = int(rng() % 6);
+    const float scale = float(0.5 + 4 * unit(rng));
+    for (int64_t i = 0; i < V; ++i) {
+      row[i] = normal(rng) * scale;
+      if (kind == 1) row[i] = std::round(row[i] * 2) / 2;  // many ties
+      if (kind == 2) row[i] = 0.25f;                       // all equal
+    }
+    if (kind == 3)  // a tied head
+      for (int k = 0; k < 5; ++k) row[rng() % uint64_t(V)] = 9 * scale;
+    SampleRow p;
+    p.temperature = rng() % 10 == 0 ? 0.0 : 0.1 + 1.9 * unit(rng);
+    switch (rng() % 6) {
+      case 0: p.top_k = 1; break;
+      case 1: p.top_k = int64_t(2 + rng() % 60); break;
+      case 2: p.top_k = V + int64_t(rng() % 3); break;
+      default: p.top_k = 0;
+    }
+    switch (rng() % 5) {
+      case 0: p.top_p = 1e-9; break;
+      case 1: case 2: p.top_p = 0.05 + 0.94 * unit(rng); break;
+      default: p.top_p = 1.0;
+    }
+    switch (rng() % 5) {
+      case 0: p.min_p = 0.999; break;
+      case 1: p.min_p = 0.3 * unit(rng); break;
+      default: p.min_p = 0.0;
+    }
+    p.u = stream_uniform(seed, uint64_t(r), 7);
+    c.rows.push_back(p);
+  }
+  return c;
+}
+
+// Whether the host's choice for `row` lies within `eps` of a boundary that summing in another
+// order may move: u against a running sum of the draw, top_p · sum against the head's running
+// weight, min_p against a weight.
+bool near_boundary(const float* row, int64_t V, const SampleRow& p, double eps) {
+  if (sample_row_is_greedy(p)) return false;
+  const auto dist = sampling_distribution(row, V, p);
+  double acc = 0;
+  for (const auto& [tok, prob] : dist)
+    if (std::abs((acc += prob) - p.u) < eps) return true;
+  const std::vector<int32_t> order = order_by_logit(row, V, p.top_k > 0 ? p.top_k : V);
+  std::vector<double> w(order.size());
+  double sum = 0;
+  for (size_t i = 0; i < order.size(); ++i) sum += w[i] = std::exp((double(row[order[i]]) - row[order[0]]) / p.temperature);
+  double kept = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    kept += w[i];
+    if (p.top_p < 1 && std::abs(kept / sum - p.top_p) < eps) return true;
+    if (p.min_p > 0 && std::abs(w[i] - p.min_p) < eps) return true;
+  }
+  return false;
+}
+
+// Ops::sample_rows draws the host sampler's token: on the CPU bit for bit (the same code), on a
+// GPU but where u or a cut lies within 1e-6 of a boundary.
+TEST(SampleRows, DrawsTheHostSamplersTokenOnEveryPlatform) {
+  struct Shape {
+    int64_t R, V;
+  };
+  for (const Shape sh : {Shape{1, 1000}, Shape{128, 1000}, Shape{1, 129280}, Shape{24, 129280}, Shape{128, 129280}}) {
+    const bool big = sh.R * sh.V > 4000000;  // the host sorts every row: the largest case on GPUs only
+    const SampleCase c = sample_case(sh.R, sh.V, uint64_t(sh.R * 7 + sh.V));
+    std::vector<int32_t> want(size_t(sh.R));
+    int64_t near = 0, sampled = 0;
+    std::vector<bool> is_near(size_t(sh.R));
+    if (!big || platform_available(Platform::CUDA) || platform_available(Platform::ROCM))
+      for (int64_t r = 0; r < sh.R; ++r) {
+        const float* row = &c.x[size_t(r * sh.V)];
+        const SampleRow& p = c.rows[size_t(r)];
+        want[size_t(r)] = sample_token(row, sh.V,
+                                       SamplingParams{.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k,
+                                                      .min_p = p.min_p},
+                                       p.u);
+        is_near[size_t(r)] = near_boundary(row, sh.V, p, 1e-6);
+        near += is_near[size_t(r)];
+        sampled += !sample_row_is_greedy(p);
+      }
+    for (Platform pl : {Platform::CPU, Platform::CUDA, Platform::ROCM}) {
+      if (!platform_available(pl) || (big && pl == Platform::CPU)) continue;
+      auto ops = make_ops(pl, DType::F32);
+      Tensor hx = Tensor::host(DType::F32, {sh.R, sh.V});
+      std::memcpy(hx.data(), c.x.data(), c.x.size() * 4);
+      Tensor dx = ops->upload(hx);
+      Tensor out = ops->empty(DType::I32, {sh.R});
+      ops->sample_rows(dx, c.rows, out);
+      const Tensor got = ops->download(out);
+      int64_t differ = 0;
+      for (int64_t r = 0; r < sh.R; ++r) {
+        if (got.ptr<int32_t>()[r] == want[size_t(r)]) continue;
+        ++differ;
+        if (pl == Platform::CPU || !is_near[size_t(r)])
+          ADD_FAILURE() << platform_name(pl) << " R " << sh.R << " V " << sh.V << " row " << r << ": "
+                        << got.ptr<int32_t>()[r] << ", the host draws " << want[size_t(r)] << " (temperature "
+                        << c.rows[size_t(r)].temperature << ", top_k " << c.rows[size_t(r)].top_k << ", top_p "
+                        << c.rows[size_t(r)].top_p << ", min_p " << c.rows[size_t(r)].min_p << ", u "
+                        << c.rows[size_t(r)].u << ")";
+      }
+      std::printf("  %-4s R %3ld V %6ld: %ld sampled rows, %ld near a boundary, %ld differ\n",
+                  std::string(platform_name(pl)).c_str(), long(sh.R), long(sh.V), long(sampled), long(near),
+                  long(differ));
+    }
+  }
+}
+
+TEST(SampleRows, RefusesBadRows) {
+  for (Platform pl : {Platform::CPU, Platform::CUDA, Platform::ROCM}) {
+    if (!platform_available(pl)) continue;
+    auto ops = make_ops(pl, DType::F32);
+    Tensor x = ops->upload(Tensor::host(DType::F32, {2, 10}));
+    Tensor out = ops->empty(DType::I32, {2});
+    auto bad = [&](auto change, const char* what) {
+      std::vector<SampleRow> rows(2);
+      change(rows[1]);
+      try {
+        ops->sample_rows(x, rows, out);
+        ADD_FAILURE() << platform_name(pl) << ": accepted " << what;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      }
+    };
+    bad([](SampleRow& p) { p.temperature = -1; }, "temperature");
+    bad([](SampleRow& p) { p.top_p = 0; }, "top_p");
+    bad([](SampleRow& p) { p.min_p = 1.5; }, "min_p");
+    bad([](SampleRow& p) { p.top_k = -2; }, "top_k");
+    bad([](SampleRow& p) { p.u = 1; }, "u must");
+    EXPECT_THROW(ops->sample_rows(x, std::vector<SampleRow>(1), out), Error) << "rows of another count";
   }
 }
 

@@ -313,3 +313,78 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaSchedulerTest,
 
 }  // namespace
 }  // namespace mla::engine
+
+namespace mla::engine {
+namespace {
+
+// Seeded sampled requests through the scheduler: the tokens drawn on the platform (Ops::sample_rows,
+// only ids come back) are the host sampler's, on every platform present. Batches mix sampled
+// requests of every cut, a greedy one, and prefill chunks that sample nothing.
+TEST(DeviceSampling, SeededRequestsDrawTheHostSamplersTokens) {
+  omp_set_num_threads(1);
+  for (Platform pl : {Platform::CPU, Platform::CUDA}) {
+    if (!platform_available(pl)) continue;
+    auto ops = make_ops(pl, DType::F32);
+    LoadedModel lm = load_model(std::string(MLA_TEST_DATA) + "/v3_tiny", *ops);
+    const std::vector<Case> cs = cases(lm.config.vocab_size, 23);
+    const int64_t ps = pl == Platform::CPU ? 16 : 64;
+    auto run = [&](bool device, int64_t* batches, int64_t* d2h) {
+      EngineOptions eo;
+      eo.page_size = ps;
+      eo.max_tokens = 4096;
+      Engine e(*lm.model, eo);
+      SchedulerOptions so;
+      so.prefill_chunk = ps;
+      so.token_budget = 3 * ps;
+      so.device_sampling = device;
+      std::vector<std::vector<int32_t>> ids(cs.size() * 2);
+      const StepCounters c0 = ops->counters();
+      {
+        Scheduler s(e, so);
+        for (size_t i = 0; i < cs.size(); ++i) {
+          GenerateRequest r;
+          r.prompt = cs[i].prompt;
+          r.n = 2;
+          r.params.max_tokens = cs[i].max_new + 8;
+          r.params.ignore_eos = true;
+          r.params.seed = 100 + i;
+          r.params.temperature = i == 3 ? 0.0 : 0.3 + 0.15 * double(i % 8);
+          r.params.top_k = i % 4 == 1 ? int64_t(5 + i) : 0;
+          r.params.top_p = i % 3 == 2 ? 0.8 : 1.0;
+          r.params.min_p = i % 5 == 4 ? 0.05 : 0.0;
+          s.add(RequestHandle(i), r, [&ids, i](const RequestUpdate& u) {
+            EXPECT_TRUE(u.error.empty()) << u.error;
+            for (const auto& c : u.choices)
+              ids[2 * i + size_t(c.index)].insert(ids[2 * i + size_t(c.index)].end(), c.new_tokens.begin(),
+                                                  c.new_tokens.end());
+          });
+        }
+        int64_t steps = 0;
+        while (s.step()) EXPECT_LT(++steps, 5000) << "no progress";
+        *batches = 0;
+        for (const auto& [m, n] : s.stats().steps_per_method) *batches += n;
+      }
+      *d2h = (ops->counters() - c0).d2h_copies;
+      return ids;
+    };
+    int64_t host_batches = 0, host_d2h = 0, dev_batches = 0, dev_d2h = 0;
+    const auto host = run(false, &host_batches, &host_d2h);
+    const auto dev = run(true, &dev_batches, &dev_d2h);
+    int64_t tokens = 0;
+    for (size_t i = 0; i < host.size(); ++i) {
+      EXPECT_EQ(dev[i], host[i]) << platform_name(pl) << " request " << i / 2 << " choice " << i % 2;
+      tokens += int64_t(host[i].size());
+    }
+    EXPECT_NE(host[0], host[1]) << "the two choices of a sampled request differ";
+    // One copy to the host per batch: the ids (or the host path's logits), nothing more.
+    if (pl != Platform::CPU) {
+      EXPECT_EQ(dev_d2h, dev_batches);
+      EXPECT_EQ(host_d2h, host_batches);
+    }
+    std::printf("  %s: %ld tokens of %zu choices, %ld batches\n", std::string(platform_name(pl)).c_str(), long(tokens),
+                host.size(), long(dev_batches));
+  }
+}
+
+}  // namespace
+}  // namespace mla::engine

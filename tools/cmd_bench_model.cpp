@@ -1,6 +1,8 @@
 // mla bench-model — the whole model's speed against its rooflines, measured in one run: decode
 // steps at several batch sizes over a context, and one long prefill, beside the platform's own
-// copy bandwidth and GEMM throughput measured through the same Ops first. JSON on stdout.
+// copy bandwidth and GEMM throughput measured through the same Ops first. JSON on stdout. With
+// --temperature, decode steps draw sampled tokens (on the platform, or on the host with
+// --host-sampling), and Ops::sample_rows is timed alone against the logits download it replaces.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +13,7 @@
 
 #include "cli.h"
 #include "cli_util.h"
+#include "engine/sampler.h"
 #include "run_opts.h"
 
 namespace mla::cli {
@@ -85,6 +88,39 @@ Costs model_costs(const ModelConfig& c, const Model& m, DType act, DType kv) {
   return k;
 }
 
+// Ops::sample_rows on random logits [R, V] (temperature `t`, no cuts) against what the host path
+// does with the same rows: download them, then sample each on the host. Medians of `reps`, µs.
+nlohmann::json time_sample_rows(Ops& ops, int64_t R, int64_t V, double t, int reps) {
+  Tensor x = ops.empty(DType::F32, {R, V}), ids = ops.empty(DType::I32, {R});
+  ops.fill_random(x, 7, 2.0);
+  std::vector<SampleRow> rows(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) rows[size_t(r)] = SampleRow{t, 1.0, 0.0, engine::stream_uniform(1, uint64_t(r), 0), 0};
+  std::vector<double> op, down;
+  Tensor h;
+  ops.synchronize();
+  for (int i = 0; i < reps + 1; ++i) {  // the first is a warm-up
+    auto t0 = Clock::now();
+    ops.sample_rows(x, rows, ids);
+    ops.synchronize();
+    const double a = seconds_since(t0);
+    t0 = Clock::now();
+    h = ops.download(x);
+    const double b = seconds_since(t0);
+    if (i > 0) op.push_back(a), down.push_back(b);
+  }
+  // The host sampler once (a row of a large vocabulary takes milliseconds: its sort).
+  const auto t0 = Clock::now();
+  int64_t sink = 0;
+  for (int64_t r = 0; r < R; ++r) sink += sample_index(h.ptr<float>() + r * V, V, rows[size_t(r)]);
+  const double host_s = seconds_since(t0);
+  if (sink < 0) std::fprintf(stderr, "?");  // keeps the draws
+  const double o = median(op) * 1e6, d = median(down) * 1e6, hs = host_s * 1e6;
+  std::fprintf(stderr, "  sample_rows R %-4ld V %-7ld: %9.1f us on the platform; download %9.1f us (%.1f GB/s) + host sampler %10.1f us\n",
+               long(R), long(V), o, d, double(R * V * 4) / d / 1e3, hs);
+  return {{"kind", "sample_rows"}, {"rows", R}, {"vocab", V}, {"temperature", t}, {"op_us", o},
+          {"download_us", d}, {"host_sample_us", hs}};
+}
+
 }  // namespace
 
 void add_bench_model_command(CLI::App& app, int& rc) {
@@ -92,6 +128,9 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     std::string batches = "1,16,64,128";
     int64_t context = 1024, steps = 16, prefill = 4096;
     int reps = 5;
+    double temperature = 0;
+    bool host_sampling = false;
+    std::string sample_vocab;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("bench-model", "Whole-model decode and prefill speed against the in-run rooflines (JSON)");
@@ -101,6 +140,13 @@ void add_bench_model_command(CLI::App& app, int& rc) {
   sub->add_option("--steps", o->steps, "timed decode steps per batch size")->capture_default_str();
   sub->add_option("--prefill", o->prefill, "tokens of the timed one-request prefill (0: none)")->capture_default_str();
   sub->add_option("--reps", o->reps, "repetitions of each ceiling measurement")->capture_default_str();
+  sub->add_option("--temperature", o->temperature,
+                  "decode steps draw sampled tokens at this temperature (0: greedy ids on the platform); "
+                  "Ops::sample_rows is timed alone too")->capture_default_str();
+  sub->add_flag("--host-sampling", o->host_sampling,
+                "with --temperature: download the logits and sample on the host (the path for penalties and logprobs)");
+  sub->add_option("--sample-vocab", o->sample_vocab,
+                  "with --temperature: vocabulary sizes of the sample_rows timing, comma-separated (default: the model's)");
   sub->callback([o, &rc] {
     o->parse();
     std::vector<int64_t> batches;
@@ -110,6 +156,15 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     }
     if (o->context <= 0 || o->steps <= 0 || o->prefill < 0 || o->reps <= 0)
       throw UsageError("--context, --steps and --reps must be positive, --prefill >= 0");
+    if (!(o->temperature >= 0 && o->temperature <= 100)) throw UsageError("--temperature must be in [0, 100]");
+    if (o->temperature == 0 && (o->host_sampling || !o->sample_vocab.empty()))
+      throw UsageError("--host-sampling and --sample-vocab need --temperature");
+    std::vector<int64_t> sample_vocab;
+    if (!o->sample_vocab.empty())
+      for (int64_t v : parse_int_list(o->sample_vocab, "--sample-vocab")) {
+        if (v <= 0) throw UsageError("--sample-vocab sizes must be positive");
+        sample_vocab.push_back(v);
+      }
     int64_t pool = o->prefill + 64;
     for (int64_t b : batches) pool = std::max(pool, b * (o->context + o->steps + 2 + o->page_size));
     Session s = open_session(*o, pool);
@@ -127,6 +182,13 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     out["weights_GB"] = k.weight_bytes / 1e9;
     std::fprintf(stderr, "mla bench-model: %s on %s; ceilings: copy %.0f GB/s, GEMM %.1f TFLOP/s\n",
                  o->model_name().c_str(), ops.name().c_str(), ceil.copy_bytes_s / 1e9, ceil.gemm_flop_s / 1e12);
+    out["temperature"] = o->temperature;
+    out["sampling"] = o->temperature == 0 ? "greedy" : o->host_sampling ? "host" : "platform";
+    if (o->temperature > 0) {
+      if (sample_vocab.empty()) sample_vocab.push_back(c.vocab_size);
+      for (int64_t V : sample_vocab)
+        for (int64_t B : batches) out["rows"].push_back(time_sample_rows(ops, B, V, o->temperature, 20));
+    }
     std::mt19937_64 rng(1);
     auto random_ids = [&](int64_t n) {
       std::vector<int32_t> v(static_cast<size_t>(n));
@@ -158,7 +220,20 @@ void add_bench_model_command(CLI::App& app, int& rc) {
         for (int64_t r = 0; r < B; ++r) d.push_back({RequestId(r + 1), {last[size_t(r)]}});
         const StepCounters c0 = ops.counters();
         const auto t0 = Clock::now();
-        StepResult res = e.step(ForwardMode::DECODE, d, true, true);  // the ids come back: the step is done
+        std::vector<SampleRow> rows;
+        for (int64_t r = 0; r < B; ++r)
+          rows.push_back(SampleRow{o->temperature, 1.0, 0.0, engine::stream_uniform(1, uint64_t(r), uint64_t(step)), 0});
+        StepResult res;  // the ids (or logits) come back: the step is done
+        if (o->temperature == 0) {
+          res = e.step(ForwardMode::DECODE, d, true, true);
+        } else if (!o->host_sampling) {
+          res = e.step(ForwardMode::DECODE, d, true, false, &rows);
+          res.greedy = res.sampled;
+        } else {
+          res = e.step(ForwardMode::DECODE, d, true, false);
+          for (int64_t r = 0; r < B; ++r)
+            res.greedy.push_back(sample_index(res.logits.data() + r * c.vocab_size, c.vocab_size, rows[size_t(r)]));
+        }
         const double t = seconds_since(t0);
         if (step >= 2) {
           times.push_back(t);
@@ -177,6 +252,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       const double flops = 2.0 * k.params_per_token * double(B) + double(B) * ctx * k.attn_flops_per_key;
       const double roof = std::max(bytes / ceil.copy_bytes_s, flops / ceil.gemm_flop_s);
       nlohmann::json row{{"kind", "decode"}, {"batch", B}, {"context", o->context}, {"step_ms", step_s * 1e3},
+                         {"sampling", out["sampling"]},
                          {"tokens_per_s", double(B) / step_s}, {"bytes_GB", bytes / 1e9}, {"GFLOP", flops / 1e9},
                          {"roofline_ms", roof * 1e3}, {"x_roofline", step_s / roof},
                          // per step, the whole engine step (the final id download included)

@@ -13,6 +13,7 @@
 #include "mla/kv_pool.h"
 #include "mla/moe.h"
 #include "mla/rope.h"
+#include "mla/sampling.h"
 #include "mla/tensor.h"
 #include "mla/weights.h"
 
@@ -155,6 +156,12 @@ class Ops {
   // x[R, V] f32 → out[R] I32: per row the greedy choice, greedy_index's rule (mla/greedy.h: the
   // first index of the largest value; NaN never wins).
   virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
+  // x[R, V] f32 → out[R] I32: per row r the token sample_index(row r, rows[r]) draws (mla/sampling.h:
+  // temperature, top-k, top-p, min-p, then the draw with rows[r].u; greedy_index's choice when
+  // temperature is 0 or top_k is 1). rows.size() == R, values as the host sampler validates them.
+  // A GPU gives the CPU's ids but where u lies within rounding of a cumulative boundary (its sums
+  // run in another order); only R rows of parameters go up (one small copy).
+  virtual void sample_rows(const Tensor& x, const std::vector<SampleRow>& rows, Tensor& out) = 0;
 
   // ---- MLA steps ------------------------------------------------------------------------------
   // q[T, H, dn+dr] → q_mla[T, H, kv_lora_rank + dr] = [q_nope[h] · w_kc[h] | q_pe]

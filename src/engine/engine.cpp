@@ -166,10 +166,17 @@ void Engine::adopt(RequestId id, const std::vector<int32_t>& shared) {
   }
 }
 
-StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only, bool greedy) {
+StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only, bool greedy,
+                        const std::vector<SampleRow>* sample) {
   const ModelConfig& c = model_.config();
   if (reqs.empty()) fail("engine: empty batch (no requests)");
   if (greedy && !last_only) fail("engine: greedy tokens come from the last rows (last_only)");
+  if (sample) {
+    if (greedy || !last_only) fail("engine: sampled tokens come from the last rows (last_only, not greedy)");
+    if (sample->size() != reqs.size())
+      fail("engine: {} sampling rows for {} requests", sample->size(), reqs.size());
+    for (const SampleRow& p : *sample) check_sample_row(p);
+  }
   Batch b{mode, {}};
   std::vector<int32_t> ids;
   int64_t pages_needed = 0;
@@ -206,6 +213,13 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, 
     model_.ops().argmax_rows(out.logits, ids_out);
     Tensor host = model_.ops().download(ids_out);
     res.greedy.assign(host.ptr<int32_t>(), host.ptr<int32_t>() + host.numel());
+    return res;
+  }
+  if (sample) {
+    Tensor ids_out = model_.ops().empty(DType::I32, {out.logits.dim(0)});  // [requests]
+    model_.ops().sample_rows(out.logits, *sample, ids_out);
+    Tensor host = model_.ops().download(ids_out);
+    res.sampled.assign(host.ptr<int32_t>(), host.ptr<int32_t>() + host.numel());
     return res;
   }
   Tensor host = model_.ops().download(out.logits);

@@ -9,6 +9,7 @@
 
 #include "mla/kv_pool.h"
 #include "mla/model.h"
+#include "mla/sampling.h"
 
 namespace mla {
 
@@ -32,6 +33,9 @@ struct StepResult {
   // With greedy: instead of logits, each request's greedy token (argmax of its last row, computed
   // on the platform: only these ids leave it).
   std::vector<int32_t> greedy;
+  // With sample rows: instead of logits, each request's token drawn by Ops::sample_rows from its
+  // last row with its SampleRow (on the platform: only these ids leave it).
+  std::vector<int32_t> sampled;
   ForwardMethod method = ForwardMethod::MLA;
 };
 
@@ -49,8 +53,10 @@ class Engine {
   ForwardMethod method_for(const Batch& b) const { return model_.choose_method(b, opt_.forward); }
 
   // Runs one batch. Checks everything first (ids, modes, pool space); on Error nothing changed.
+  // `sample` (one SampleRow per request, with last_only, not with greedy): the platform draws each
+  // request's token from its last row (StepResult::sampled) and no logits come back.
   StepResult step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only = false,
-                  bool greedy = false);
+                  bool greedy = false, const std::vector<SampleRow>* sample = nullptr);
   // Tokens request `id` holds (0 if unknown).
   int64_t length(RequestId id) const;
   void release(RequestId id);  // frees every slot of the request

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "mla/error.h"
-#include "mla/greedy.h"
+#include "mla/sampling.h"
 
 namespace mla::engine {
 
@@ -43,25 +43,6 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Token ids by logit, best first, ties by the lower id (the token greedy picks comes first).
-std::vector<int32_t> order_by_logit(const float* logits, int64_t V, int64_t keep) {
-  std::vector<int32_t> idx(static_cast<size_t>(V));
-  for (int64_t i = 0; i < V; ++i) idx[size_t(i)] = int32_t(i);
-  auto better = [logits](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  keep = std::min(keep, V);
-  if (keep < V) {
-    std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), better);
-    idx.resize(size_t(keep));
-  } else {
-    std::sort(idx.begin(), idx.end(), better);
-  }
-  return idx;
-}
-
-int32_t argmax(const float* logits, int64_t V) { return int32_t(greedy_index(logits, V)); }
-
 }  // namespace
 
 double stream_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
@@ -69,47 +50,19 @@ double stream_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return double(h >> 11) * 0x1.0p-53;
 }
 
+SampleRow sample_row(const SamplingParams& p, double u) {
+  SampleRow r;
+  r.temperature = p.temperature, r.top_p = p.top_p, r.min_p = p.min_p, r.u = u, r.top_k = p.top_k;
+  return r;
+}
+
 std::vector<std::pair<int32_t, double>> sampling_distribution(const float* logits, int64_t V,
                                                               const SamplingParams& p) {
-  if (V <= 0) fail("sampler: empty logits");
-  if (p.temperature == 0 || p.top_k == 1) return {{argmax(logits, V), 1.0}};
-  const std::vector<int32_t> order = order_by_logit(logits, V, p.top_k > 0 ? p.top_k : V);
-  // Softmax of logits / temperature over the candidates (in double; the best has weight 1).
-  const double best = logits[order[0]];
-  std::vector<double> w(order.size());
-  double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    w[i] = std::exp((double(logits[order[i]]) - best) / p.temperature);
-    sum += w[i];
-  }
-  // top-p: the shortest head whose mass reaches top_p (at least one token).
-  size_t n = order.size();
-  if (p.top_p < 1) {
-    double kept = 0;
-    for (n = 0; n < order.size();) {
-      kept += w[n++];
-      if (kept >= p.top_p * sum) break;
-    }
-  }
-  // min-p: tokens at least min_p times the best one's probability.
-  if (p.min_p > 0)
-    while (n > 1 && w[n - 1] < p.min_p * w[0]) --n;
-  double total = 0;
-  for (size_t i = 0; i < n; ++i) total += w[i];
-  std::vector<std::pair<int32_t, double>> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = {order[i], w[i] / total};
-  return out;
+  return mla::sampling_distribution(logits, V, sample_row(p, 0.0));
 }
 
 int32_t sample_token(const float* logits, int64_t V, const SamplingParams& p, double u) {
-  if (p.temperature == 0 || p.top_k == 1) return argmax(logits, V);
-  const auto dist = sampling_distribution(logits, V, p);
-  double acc = 0;
-  for (const auto& [tok, prob] : dist) {
-    acc += prob;
-    if (u < acc) return tok;
-  }
-  return dist.back().first;  // u within rounding of 1
+  return sample_index(logits, V, sample_row(p, u));
 }
 
 TokenLogprob token_logprobs(const float* logits, int64_t V, int32_t chosen, int64_t top) {

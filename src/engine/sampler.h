@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/service.h"
+#include "mla/sampling.h"
 
 namespace mla::engine {
 
@@ -22,9 +23,13 @@ void apply_penalties(std::vector<float>& logits, const std::unordered_map<int32_
 // samples the same tokens whatever else is in its batch.
 double stream_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 
+// The platform's sampling parameters of `p` (mla/sampling.h), with the draw's uniform u.
+SampleRow sample_row(const SamplingParams& p, double u);
+
 // The probabilities the sampler draws from after temperature, top-k, top-p and min-p, over the
 // (already penalized) logits [V], as (token, probability) sorted by logit (best first, ties by id),
-// renormalized. Greedy (temperature 0) is the single best token.
+// renormalized. Greedy (temperature 0) is the single best token. The rule is mla/sampling.h's,
+// which every platform's Ops::sample_rows follows.
 std::vector<std::pair<int32_t, double>> sampling_distribution(const float* logits, int64_t V,
                                                               const SamplingParams& p);
 

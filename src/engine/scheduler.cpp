@@ -269,6 +269,11 @@ bool Scheduler::wants_greedy_only(const Request& q) {
          p.top_logprobs < 0 && !q.hook;
 }
 
+bool Scheduler::wants_row_only(const Request& q) {
+  const SamplingParams& p = q.r.params;
+  return p.frequency_penalty == 0 && p.presence_penalty == 0 && p.top_logprobs < 0 && !q.hook;
+}
+
 void Scheduler::sample(Seq& s, const float* logits, int32_t greedy_token) {
   Request& q = *s.req;
   const SamplingParams& p = q.r.params;
@@ -364,12 +369,30 @@ void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
                                                              it->seq->tokens.begin() + it->end)});
     // When every sequence that samples now wants just the greedy token (no penalties, logprobs or
     // hook), the platform picks it and only the ids come back, not [requests, vocab] logits.
-    bool greedy = true;
+    // Else, when none of them needs the logits on the host (penalties, logprobs, hook), the platform
+    // draws every token (Ops::sample_rows) with the uniform number the host sampler would use.
+    bool greedy = true, on_device = opt_.device_sampling;
     for (const Item* it : g.items)
-      if (it->end == int64_t(it->seq->tokens.size()) && !wants_greedy_only(*it->seq->req)) greedy = false;
+      if (it->end == int64_t(it->seq->tokens.size())) {
+        greedy = greedy && wants_greedy_only(*it->seq->req);
+        on_device = on_device && wants_row_only(*it->seq->req);
+      }
+    on_device = on_device && !greedy;
+    std::vector<SampleRow> rows;
+    if (on_device)
+      for (const Item* it : g.items) {
+        const Seq& s = *it->seq;
+        const SamplingParams& p = s.req->r.params;
+        if (it->end != int64_t(s.tokens.size())) {
+          rows.push_back(SampleRow{0.0, 1.0, 0.0, 0.0, 0});  // a chunk that samples nothing: cheap greedy
+          continue;
+        }
+        const double u = p.temperature == 0 ? 0.0 : stream_uniform(s.req->seed, uint64_t(s.index), uint64_t(s.generated));
+        rows.push_back(sample_row(p, u));
+      }
     StepResult r;
     try {
-      r = engine_.step(mode, reqs, /*last_only=*/true, greedy);
+      r = engine_.step(mode, reqs, /*last_only=*/true, greedy, on_device ? &rows : nullptr);
     } catch (const std::exception& e) {
       // The batch failed (the engine changed nothing): its requests fail, with the error.
       for (const Item* it : g.items) {
@@ -397,6 +420,7 @@ void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
       if (mode == ForwardMode::EXTEND) cache_progress(s);
       if (s.computed == int64_t(s.tokens.size())) {
         if (greedy) sample(s, nullptr, r.greedy[i]);
+        else if (on_device) sample(s, nullptr, r.sampled[i]);
         else sample(s, r.logits.data() + i * size_t(vocab_));
       }
     }

@@ -38,6 +38,9 @@ struct SchedulerOptions {
   int64_t decode_reserve = 16;  // tokens past the prompt a sequence's admission reserves
   int32_t eos_token_id = -1;    // -1: none
   int64_t max_choices = 16;     // n per request
+  // Sequences without penalties, logprobs or logits hook draw their tokens on the platform
+  // (Ops::sample_rows) when every sequence sampling in the batch does; else the host samples.
+  bool device_sampling = true;
   int64_t cpu_threads = 0;      // Service: OpenMP threads of the scheduler thread (0: the default)
   // Called after every batch with its mode, method and new tokens (the CLI's method list).
   std::function<void(ForwardMode, ForwardMethod, int64_t)> on_batch;
@@ -130,7 +133,8 @@ class Scheduler {
   int64_t chunk_end(const Seq& s) const;
   void run_items(ForwardMode mode, std::vector<Item>& items);
   static bool wants_greedy_only(const Request& q);  // greedy, no penalties, no logprobs, no hook
-  // The next token of `s` from its logits row, or (logits null) the greedy token the platform chose.
+  static bool wants_row_only(const Request& q);     // no penalties, no logprobs, no hook
+  // The next token of `s` from its logits row, or (logits null) the token the platform chose.
   void sample(Seq& s, const float* logits, int32_t greedy_token = -1);
   void finish_seq(Seq& s, FinishReason why);
   void retract(Seq& s);

@@ -10,6 +10,7 @@
 #include "mla/error.h"
 #include "mla/greedy.h"
 #include "mla/random.h"
+#include "mla/sampling.h"
 #include "mla/platform_ops.h"
 #include "platform/cpu/convert.h"
 #include "platform/registry.h"
@@ -443,6 +444,16 @@ class CpuOps final : public Ops {
     expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == R, "argmax_rows",
            "x must be f32 [R, V] and out i32 [R]");
     for (int64_t r = 0; r < R; ++r) out.ptr<int32_t>()[r] = int32_t(greedy_index(x.ptr<float>() + r * V, V));
+  }
+
+  void sample_rows(const Tensor& x, const std::vector<SampleRow>& rows, Tensor& out) override {
+    const int64_t V = x.dim(-1), R = rows_of(x);
+    expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == R && int64_t(rows.size()) == R &&
+               (R == 0 || V > 0),
+           "sample_rows", "x must be f32 [R, V] with V > 0, rows R entries and out i32 [R]");
+    for (const SampleRow& p : rows) check_sample_row(p);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t r = 0; r < R; ++r) out.ptr<int32_t>()[r] = sample_index(x.ptr<float>() + r * V, V, rows[size_t(r)]);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {

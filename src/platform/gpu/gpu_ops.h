@@ -17,6 +17,7 @@
 #include "platform/gpu/elementwise.h"
 #include "platform/gpu/gpu_check.h"
 #include "platform/gpu/moe.h"
+#include "platform/gpu/sampling.h"
 
 namespace mla::gpu {
 
@@ -178,6 +179,24 @@ class GpuOps : public Ops {
     expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == rows_of(x), "argmax_rows",
            "x must be f32 [R, V] and out i32 [R]");
     gpu::argmax_rows(x.ptr<float>(), rows_of(x), x.dim(-1), out.ptr<int32_t>(), stream_);
+  }
+  // sampling.cu; the rows' parameters go up in one small copy.
+  void sample_rows(const Tensor& x, const std::vector<SampleRow>& rows, Tensor& out) override {
+    const int64_t R = rows_of(x), V = x.dim(-1);
+    expect(x.dtype() == DType::F32 && out.dtype() == DType::I32 && out.numel() == R && int64_t(rows.size()) == R &&
+               (R == 0 || (V > 0 && V < (int64_t(1) << 31))),
+           "sample_rows", "x must be f32 [R, V] with 0 < V < 2^31, rows R entries and out i32 [R]");
+    for (const SampleRow& p : rows) check_sample_row(p);
+    if (R == 0) return;
+    std::vector<double> p(size_t(R) * kSampleParams);
+    for (int64_t r = 0; r < R; ++r) {
+      const SampleRow& s = rows[size_t(r)];
+      double* q = &p[size_t(r) * kSampleParams];
+      q[0] = s.temperature, q[1] = s.top_p, q[2] = s.min_p, q[3] = s.u;
+      q[4] = double(std::min<int64_t>(s.top_k, int64_t(1) << 40));  // exact in a double; past any V
+    }
+    gpu::sample_rows(x.ptr<float>(), R, V, static_cast<const double*>(stage(p.data(), p.size() * 8, 11)),
+                     out.ptr<int32_t>(), stream_);
   }
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
     expect(gate.numel() == up.numel() && out.numel() == gate.numel(), "silu_mul", "shape");
