@@ -5,7 +5,7 @@
 //
 // Rank 0 listens (Rendezvous), the others connect to it (RankGroup::connect): the group is a star
 // around rank 0. Each rank other than 0 holds three connections to rank 0: control (broadcast,
-// barrier), data (the communicator's collectives) and liveness (exit_when_peer_lost), so that each
+// all_gather, barrier), data (the communicator's collectives) and liveness (exit_when_peer_lost), so that each
 // may be used by its own thread. Linux only (POSIX sockets, prctl).
 #pragma once
 #include <functional>
@@ -77,6 +77,9 @@ class RankGroup {
   // rank 0's message (whatever `msg` was passed). Arbitrary bytes, any length. Error when rank 0 or a
   // peer is gone (or the ranks mix up broadcast and barrier).
   std::string broadcast(const std::string& msg);
+  // Every rank's `mine` (arbitrary bytes), indexed by rank, on every rank: what each rank must tell all
+  // the others (its host, its GPU's id, a peer-memory handle). On the control channel, in order.
+  std::vector<std::string> all_gather(const std::string& mine);
   void barrier();
   // A Communicator over these processes for tensors of a host platform (CPU Ops): same contract and
   // same bits as InProcessGroup (rank-order f32 sums through rank 0's Ops, one rounding). Every
