@@ -1,8 +1,9 @@
 // The processes of a tensor-parallel group: ranks as forked processes joining over 127.0.0.1, rank 0's
 // control channel, the socket communicator against sums made here (the in-process group's bits), the
 // errors of joining, a lost peer ending the survivors, and starting a host's ranks as children.
-// Processes are forked before any thread exists here (gtest runs single-threaded); a forked rank
-// reports through its exit status (0 only when none of its checks failed).
+// Processes are forked from a process without threads (gtest runs single-threaded, and the CPU Ops'
+// worker threads only ever start in a forked rank); a forked rank reports through its exit status
+// (0 only when none of its checks failed).
 #include <gtest/gtest.h>
 
 #include <signal.h>
