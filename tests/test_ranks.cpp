@@ -1,8 +1,9 @@
 // The processes of a tensor-parallel group: ranks as forked processes joining over 127.0.0.1, rank 0's
 // control channel, the socket communicator against sums made here (the in-process group's bits), the
 // errors of joining, a lost peer ending the survivors, and starting a host's ranks as children.
-// Processes are forked before any thread exists here (gtest runs single-threaded); a forked rank
-// reports through its exit status (0 only when none of its checks failed).
+// Processes are forked from a process without threads (gtest runs single-threaded, and the CPU Ops'
+// worker threads only ever start in a forked rank); a forked rank reports through its exit status
+// (0 only when none of its checks failed).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -122,6 +123,12 @@ TEST(Ranks, JoinBroadcastInOrderAndBarrier) {
         EXPECT_EQ(arrived[round].load(), n) << "rank " << r << " round " << round;
       }
       EXPECT_EQ(g.broadcast(r == 0 ? "after" : ""), "after");
+      // Every rank's bytes to every rank, in rank order (empty and 1 MB ones among them).
+      const auto mine = [](int q) { return q == 1 ? std::string() : pattern(q == 2 ? (1u << 20) : 5u, uint32_t(q)); };
+      const std::vector<std::string> all = g.all_gather(mine(r));
+      ASSERT_EQ(all.size(), size_t(n));
+      for (int q = 0; q < n; ++q) EXPECT_TRUE(all[size_t(q)] == mine(q)) << "rank " << r << " part " << q;
+      EXPECT_EQ(g.broadcast(r == 0 ? "end" : ""), "end");
     });
     ::munmap(arrived, sizeof(std::atomic<int>) * 2);
   }
@@ -143,6 +150,18 @@ TEST(Ranks, TwoHostsJoinAtAGivenAddress) {
   EXPECT_EQ(local_rank(o, 1), 1);
   EXPECT_EQ(local_rank(o, 2), 0);
   EXPECT_EQ(node_of(o, 3), 1);
+}
+
+// Ranks that mix up the control channel's calls fail with what each side did, and none waits for ever.
+TEST(Ranks, ControlCallsThatDisagreeFail) {
+  run_group(2, [](int r, RankGroup& g) {
+    if (r == 0) EXPECT_EQ(g.broadcast("x"), "x");
+    else expect_error([&] { g.barrier(); }, "rank 1: barrier: rank 0 sent a broadcast (1 bytes) where this rank waits at a barrier");
+  });
+  run_group(2, [](int r, RankGroup& g) {
+    if (r == 0) expect_error([&] { g.all_gather("a"); }, {"rank 0: all_gather: rank 1 (pid ", ") waits at a barrier"});
+    else expect_error([&] { g.barrier(); }, "rank 1: barrier with rank 0 (pid ");  // rank 0 left the group
+  });
 }
 
 TEST(Ranks, OneRankIsAGroupToo) {

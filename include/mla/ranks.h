@@ -5,7 +5,7 @@
 //
 // Rank 0 listens (Rendezvous), the others connect to it (RankGroup::connect): the group is a star
 // around rank 0. Each rank other than 0 holds three connections to rank 0: control (broadcast,
-// barrier), data (the communicator's collectives) and liveness (exit_when_peer_lost), so that each
+// all_gather, barrier), data (the communicator's collectives) and liveness (exit_when_peer_lost), so that each
 // may be used by its own thread. Linux only (POSIX sockets, prctl).
 #pragma once
 #include <functional>
@@ -75,8 +75,11 @@ class RankGroup {
 
   // Control channel, rank 0 → everyone, in order: on rank 0 sends `msg` and returns it; elsewhere returns
   // rank 0's message (whatever `msg` was passed). Arbitrary bytes, any length. Error when rank 0 or a
-  // peer is gone (or the ranks mix up broadcast and barrier).
+  // peer is gone (or the ranks mix up broadcast, all_gather and barrier).
   std::string broadcast(const std::string& msg);
+  // Every rank's `mine` (arbitrary bytes), indexed by rank, on every rank: what each rank must tell all
+  // the others (its host, its GPU's id, a peer-memory handle). On the control channel, in order.
+  std::vector<std::string> all_gather(const std::string& mine);
   void barrier();
   // A Communicator over these processes for tensors of a host platform (CPU Ops): same contract and
   // same bits as InProcessGroup (rank-order f32 sums through rank 0's Ops, one rounding). Every
@@ -90,7 +93,9 @@ class RankGroup {
   // gets a one-line reason ("rank 1 (pid 123) is gone: connection closed") and the default prints
   // "mla: tensor-parallel rank R: <reason>; stopping" on stderr and _exit(3)s. A watchdog thread on its
   // own liveness connection: it works while other threads use the group. Rank 0 passes a lost rank's
-  // reason on to the others before stopping. Once per group; with one rank there is nothing to watch.
+  // reason on to the others before stopping. Call it on every rank: the others hear of a rank's loss
+  // through rank 0, and silence (GroupOptions::peer_timeout_s) counts only against a rank that watches
+  // too (its watchdog sends the heartbeats). Once per group; with one rank there is nothing to watch.
   void exit_when_peer_lost(std::function<void(const std::string&)> on_lost = {});
 
   struct Links;  // the connections, shared with the group's communicators

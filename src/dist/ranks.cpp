@@ -5,7 +5,7 @@
 // with a hello {magic, group size, rank, pid, channel}. Rank 0 answers on every control connection
 // once the whole group is there: 'G' + its pid, or 'E' + the reason it gave up.
 // Control frames: 'M' a broadcast message (rank 0 → r), 'B' arrived at a barrier (r → 0), 'G' leave the
-// barrier (0 → r). Liveness frames: 'H' heartbeat, 'Q' leaving in order, 'L' + reason: rank 0 saw
+// barrier (0 → r), 'A' a rank's bytes of an all_gather (r → 0) and everyone's (0 → r). Liveness frames: 'H' heartbeat, 'Q' leaving in order, 'L' + reason: rank 0 saw
 // another rank go.
 #include <fcntl.h>
 #include <netdb.h>
@@ -390,11 +390,49 @@ std::string RankGroup::broadcast(const std::string& msg) {
     const net::FrameHeader f = net::recv_frame_header(l_->ctrl[0].get());
     if (f.type != 'M')
       fail("rank {}: broadcast: rank 0 sent {} where this rank waits for a broadcast", l_->rank,
-           f.type == 'G' ? "a barrier's end" : "an unknown message");
+           f.type == 'G' ? "a barrier's end" : f.type == 'A' ? "an all_gather's result" : "an unknown message");
     return net::recv_body(l_->ctrl[0].get(), f.length);
   } catch (const IoError& e) {
     fail("rank {}: broadcast from {}: {}", l_->rank, l_->who(0), e.what());
   }
+}
+
+std::vector<std::string> RankGroup::all_gather(const std::string& mine) {
+  std::lock_guard lock(l_->ctrl_mu);
+  const int n = l_->size;
+  std::vector<std::string> all(static_cast<size_t>(n));
+  if (l_->rank == 0) {
+    all[0] = mine;
+    for (int r = 1; r < n; ++r) try {
+        const net::FrameHeader f = net::recv_frame_header(l_->ctrl[size_t(r)].get());
+        all[size_t(r)] = net::recv_body(l_->ctrl[size_t(r)].get(), f.length);
+        if (f.type != 'A')
+          fail("rank 0: all_gather: {} {}", l_->who(r), f.type == 'B' ? "waits at a barrier" : "sent an unknown message");
+      } catch (const IoError& e) {
+        fail("rank 0: all_gather: {}: {}", l_->who(r), e.what());
+      }
+    net::Writer w;
+    for (const std::string& a : all) w.str(a);
+    for (int r = 1; r < n; ++r) try {
+        net::send_frame(l_->ctrl[size_t(r)].get(), 'A', w.s);
+      } catch (const IoError& e) {
+        fail("rank 0: all_gather: {}: {}", l_->who(r), e.what());
+      }
+    return all;
+  }
+  try {
+    net::send_frame(l_->ctrl[0].get(), 'A', mine);
+    const net::FrameHeader f = net::recv_frame_header(l_->ctrl[0].get());
+    const std::string body = net::recv_body(l_->ctrl[0].get(), f.length);
+    if (f.type != 'A')
+      fail("rank {}: all_gather: rank 0 sent {} where this rank waits for an all_gather", l_->rank,
+           f.type == 'M' ? "a broadcast" : f.type == 'G' ? "a barrier's end" : "an unknown message");
+    net::Reader rd{body};
+    for (std::string& a : all) a = rd.str();
+  } catch (const IoError& e) {
+    fail("rank {}: all_gather with {}: {}", l_->rank, l_->who(0), e.what());
+  }
+  return all;
 }
 
 void RankGroup::barrier() {
@@ -403,7 +441,8 @@ void RankGroup::barrier() {
     for (int r = 1; r < l_->size; ++r) try {
         const net::FrameHeader f = net::recv_frame_header(l_->ctrl[size_t(r)].get());
         net::recv_body(l_->ctrl[size_t(r)].get(), f.length);
-        if (f.type != 'B') fail("rank 0: barrier: {} sent an unknown message", l_->who(r));
+        if (f.type != 'B')
+          fail("rank 0: barrier: {} {}", l_->who(r), f.type == 'A' ? "called all_gather" : "sent an unknown message");
       } catch (const IoError& e) {
         fail("rank 0: barrier: {}: {}", l_->who(r), e.what());
       }
@@ -420,7 +459,9 @@ void RankGroup::barrier() {
     const std::string body = net::recv_body(l_->ctrl[0].get(), f.length);
     if (f.type == 'M')
       fail("rank {}: barrier: rank 0 sent a broadcast ({} bytes) where this rank waits at a barrier", l_->rank, body.size());
-    if (f.type != 'G') fail("rank {}: barrier: rank 0 sent an unknown message", l_->rank);
+    if (f.type != 'G')
+      fail("rank {}: barrier: rank 0 sent {} where this rank waits at a barrier", l_->rank,
+           f.type == 'A' ? "an all_gather's result" : "an unknown message");
   } catch (const IoError& e) {
     fail("rank {}: barrier with {}: {}", l_->rank, l_->who(0), e.what());
   }
