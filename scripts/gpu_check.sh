@@ -58,5 +58,11 @@ for p in cuda rocm; do
 done
 # Whole V3 layers: the ROCm twins on this GPU against the CUDA platform (JSON).
 "$BUILD/bin/mla" bench --rocm-vs-cuda $quick > "$OUT/rocm_vs_cuda.json" 2> "$OUT/rocm_vs_cuda.err" || rc=1
+# Tensor parallelism: in-process ranks on this GPU; with 2+ GPUs the NCCL communicator, the CLI's
+# --tp runs and whole-model TP 1 vs TP 2 (scripts/gpu_tp.sh).
+gtest test_tp_cuda "$BUILD/bin/test_tp" --gtest_filter='*cuda*'
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  BUILD=$BUILD OUT=$OUT/tp bash scripts/gpu_tp.sh $quick || rc=1
+fi
 echo "gpu_check: rc=$rc"
 exit $rc

@@ -14,7 +14,7 @@
 namespace mla::cli {
 
 // Exit codes: 0 success; 1 the work failed (bad model, batch or method at run time);
-// 2 bad command-line values.
+// 2 bad command-line values; 3 a tensor-parallel rank was lost (the watchdog of mla/ranks.h).
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 

@@ -63,10 +63,13 @@ Ceilings measure_ceilings(Ops& ops, bool small, int reps) {
 }
 
 // What one token costs the model: its weights by part, the expert share, attention per key.
+// The costs of one rank's step (with --tp N each rank holds 1/N of the heads, experts' widths and
+// vocabulary, and the whole latent cache).
 struct Costs {
-  double weight_bytes = 0;      // every weight as stored
-  double expert_bytes = 0;      // one routed expert of one layer
+  double weight_bytes = 0;      // every weight of this rank as stored
+  double expert_bytes = 0;      // one routed expert of one layer (this rank's part)
   int64_t moe_layers = 0;
+  double vocab_rows = 0;        // embedding rows this rank holds
   double embed_row_bytes = 0;   // one embedding row (a token reads one row of the table)
   double params_per_token = 0;  // weights a token multiplies (K routed experts of E; no embedding)
   double kv_row_bytes = 0;      // one cached token of every layer
@@ -74,16 +77,17 @@ struct Costs {
 };
 Costs model_costs(const ModelConfig& c, const Model& m, DType act, DType kv) {
   Costs k;
-  const double es = double(dtype_size(act)), H = double(c.hidden_size());
+  const double es = double(dtype_size(act)), H = double(c.hidden_size()), tp = double(m.tp_size());
   k.weight_bytes = double(m.parameters()) * es;
-  const double expert = 3.0 * double(c.moe_intermediate_size) * H;
+  const double expert = 3.0 * double(c.moe_intermediate_size) / tp * H;
   k.expert_bytes = expert * es;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) k.moe_layers += c.is_moe_layer(i);
+  k.vocab_rows = std::ceil(double(c.vocab_size) / tp);
   k.embed_row_bytes = H * es;
-  k.params_per_token = double(m.parameters()) - double(c.vocab_size) * H -
+  k.params_per_token = double(m.parameters()) - k.vocab_rows * H -
                        double(k.moe_layers) * double(c.n_routed_experts - c.num_experts_per_tok) * expert;
   k.kv_row_bytes = double(c.num_hidden_layers) * double(c.attn.kv_row_dim()) * double(dtype_size(kv));
-  k.attn_flops_per_key = double(c.num_hidden_layers) * double(c.attn.num_attention_heads) * 2.0 *
+  k.attn_flops_per_key = double(c.num_hidden_layers) * double(c.attn.num_attention_heads) / tp * 2.0 *
                          double(c.attn.kv_row_dim() + c.attn.kv_lora_rank);
   return k;
 }
@@ -175,6 +179,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     const Costs k = model_costs(c, *s.lm.model, o->act, o->kv);
     nlohmann::json out;
     out["model"] = o->model_name();
+    out["tp"] = s.lm.model->tp_size();
     out["platform"] = ops.name();
     out["kv_dtype"] = dtype_name(o->kv);
     out["copy_GB_s"] = ceil.copy_bytes_s / 1e9;
@@ -248,7 +253,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       const double E = double(c.n_routed_experts), K = double(c.num_experts_per_tok);
       const double touched = E > 0 ? E * (1.0 - std::pow(1.0 - K / E, double(B))) : 0;  // distinct experts per layer
       const double bytes = k.weight_bytes - double(k.moe_layers) * (E - touched) * k.expert_bytes -
-                           double(c.vocab_size - B) * k.embed_row_bytes + double(B) * ctx * k.kv_row_bytes;
+                           std::max(0.0, k.vocab_rows - double(B)) * k.embed_row_bytes + double(B) * ctx * k.kv_row_bytes;
       const double flops = 2.0 * k.params_per_token * double(B) + double(B) * ctx * k.attn_flops_per_key;
       const double roof = std::max(bytes / ceil.copy_bytes_s, flops / ceil.gemm_flop_s);
       nlohmann::json row{{"kind", "decode"}, {"batch", B}, {"context", o->context}, {"step_ms", step_s * 1e3},
@@ -278,7 +283,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       }
       const double t = median(times), n = double(o->prefill);
       const double flops = 2.0 * k.params_per_token * n + n * n / 2 * double(c.num_hidden_layers) *
-                           double(c.attn.num_attention_heads) * 2.0 * double(c.attn.qk_head_dim() + c.attn.v_head_dim);
+                           double(c.attn.num_attention_heads / s.lm.model->tp_size()) * 2.0 * double(c.attn.qk_head_dim() + c.attn.v_head_dim);
       const double roof = std::max(flops / ceil.gemm_flop_s, k.weight_bytes / ceil.copy_bytes_s);
       out["rows"].push_back({{"kind", "prefill"}, {"tokens", o->prefill}, {"ms", t * 1e3}, {"tokens_per_s", n / t},
                              {"GFLOP", flops / 1e9}, {"roofline_ms", roof * 1e3}, {"x_roofline", t / roof}});

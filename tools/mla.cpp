@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "mla/error.h"
+#include "tp_ranks.h"
 
 // An error as exactly one line on stderr, whatever bytes the message quotes from the input.
 static void print_error(const std::string& what) {
@@ -16,6 +17,7 @@ static void print_error(const std::string& what) {
 
 int main(int argc, char** argv) {
   using namespace mla::cli;
+  set_command_line(argc, argv);
   CLI::App app{"mla — DeepSeek Multi-head Latent Attention engine"};
   app.set_version_flag("--version", std::string("mla ") + MLA_VERSION);
   app.require_subcommand(1);
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     print_error(e.what());
     return kExitUsage;
+  } catch (const RankFinished&) {  // a tensor-parallel rank other than 0: rank 0's engine has ended
+    return 0;
   } catch (const mla::Error& e) {
     print_error(e.what());
     return kExitFailure;

@@ -39,17 +39,48 @@ std::string RunOpts::model_name() const {
 Session open_session(const RunOpts& o, int64_t max_tokens) {
   Session s;
   s.ops = make_ops(o.p, o.act, o.options);
+  if (o.tp.tp > 1)  // before any rank starts
+    check_tensor_parallel(o.random_weights.empty() ? load_model_config(o.model) : named_model_config(o.random_weights),
+                          o.tp.tp);
+  s.tp = TpRank(o.tp, o.p, command_line());
+  const bool lead = s.tp.rank() == 0;  // only rank 0 speaks
   const std::string what = o.random_weights.empty() ? o.model : "random " + o.random_weights;
-  const LoadOptions lo = progress_on_stderr(what);
-  s.lm = o.random_weights.empty() ? load_model(o.model, *s.ops, lo)
-                                  : random_model(named_model_config(o.random_weights), *s.ops, o.weight_seed, lo);
-  if (o.verbose || s.lm.seconds >= 1.0)
-    std::fprintf(stderr, "mla: loaded %s (%s, %ld layers, %.2fM parameters) in %.2f s\n", what.c_str(),
+  auto load = [&o](Ops& ops, const LoadOptions& lo) {
+    return o.random_weights.empty() ? load_model(o.model, ops, lo)
+                                    : random_model(named_model_config(o.random_weights), ops, o.weight_seed, lo);
+  };
+  const EngineOptions eo{o.fwd, o.kv, o.page_size, std::max<int64_t>(max_tokens, 1)};
+  LoadOptions lo = lead ? progress_on_stderr(what) : LoadOptions{};
+  if (s.tp.active()) lo.tp = &s.tp.communicator(*s.ops);
+  if (o.tp.tp > 1 && o.tp.in_process) {
+    s.threads = std::make_unique<ThreadRanks>(
+        o.tp.tp, [&o, load, eo](int rank, InProcessGroup& g, const std::function<std::string()>& receive) {
+          std::unique_ptr<Ops> ops = make_ops(o.p, o.act, o.options);
+          std::unique_ptr<Communicator> comm = g.communicator(rank, *ops);
+          LoadOptions mine;
+          mine.tp = comm.get();
+          LoadedModel lm = load(*ops, mine);
+          Engine(*lm.model, eo).follow(receive);
+        });
+    lo.tp = &s.threads->rank0(*s.ops);
+  }
+  s.lm = load(*s.ops, lo);
+  if (lead && (o.verbose || s.lm.seconds >= 1.0))
+    std::fprintf(stderr, "mla: loaded %s (%s, %ld layers, %.2fM parameters%s) in %.2f s\n", what.c_str(),
                  s.lm.config.model_type().c_str(), long(s.lm.config.num_hidden_layers), s.lm.model->parameters() / 1e6,
-                 s.lm.seconds);
-  for (const std::string& n : s.lm.unused) std::fprintf(stderr, "mla: note: checkpoint tensor '%s' is not used\n", n.c_str());
-  EngineOptions eo{o.fwd, o.kv, o.page_size, std::max<int64_t>(max_tokens, 1)};
+                 lo.tp ? fmt::format(" a rank, tensor parallel {}", o.tp.tp).c_str() : "", s.lm.seconds);
+  if (lead)
+    for (const std::string& n : s.lm.unused) std::fprintf(stderr, "mla: note: checkpoint tensor '%s' is not used\n", n.c_str());
   s.engine = std::make_unique<Engine>(*s.lm.model, eo);
+  if (s.threads) s.engine->lead([t = s.threads.get()](const std::string& m) { t->send(m); });
+  if (s.tp.active()) {
+    RankGroup* g = &s.tp.group();
+    if (!lead) {
+      s.engine->follow([g] { return g->broadcast(std::string()); });
+      throw RankFinished{};
+    }
+    s.engine->lead([g](const std::string& m) { g->broadcast(m); });
+  }
   return s;
 }
 

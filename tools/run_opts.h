@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "mla/model.h"
 #include "mla/platform_ops.h"
+#include "tp_ranks.h"
 
 namespace mla::cli {
 
@@ -22,6 +23,7 @@ struct RunOpts {
   PlatformFlags platform;
   DtypeFlags dtypes{"f32", "f32"};
   DispatchFlags dispatch;
+  TpFlags tp;
   // model_required: --model (or --random-weights, when allowed) must be given.
   void add(CLI::App* sub, bool model_required = true, bool allow_random = true) {
     sub->add_flag("-v,--verbose", verbose, "loading details on stderr");
@@ -41,6 +43,7 @@ struct RunOpts {
     dispatch.add(sub);
     sub->add_option("--page-size", page_size, "KV pool page size")->capture_default_str();
     sub->add_option("--method", method, "auto | MHA | MHA_ONE_SHOT | MHA_CHUNKED_KV | MLA")->capture_default_str();
+    tp.add(sub);
   }
   // Parsed and checked; bad values are usage errors.
   Platform p;
@@ -61,6 +64,7 @@ struct RunOpts {
     if (page_size <= 0) throw UsageError("--page-size must be positive");
     if (model_or_random_ && model.empty() && random_weights.empty())
       throw UsageError("give the model with --model DIR or --random-weights SHAPE");
+    tp.group();  // usage errors for bad --tp values
   }
   // The model's name: its folder's last component, or the random shape.
   std::string model_name() const;
@@ -71,12 +75,16 @@ struct RunOpts {
 
 struct Session {
   std::unique_ptr<Ops> ops;
+  TpRank tp;  // with --tp N: this rank's group and communicator
+  std::unique_ptr<ThreadRanks> threads;  // with --tp N --tp-in-process: ranks 1 … N−1
   LoadedModel lm;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Engine> engine;  // with --tp N, rank 0's leads the other ranks' engines
 };
 
 // Loads the model (a progress line on stderr for loads past a second; notes with --verbose) and
-// makes an engine whose pool holds `max_tokens` tokens.
+// makes an engine whose pool holds `max_tokens` tokens. With --tp N: joins the group first (rank 0
+// starts its host's other ranks) and loads this rank's shard; on the ranks other than 0 it follows
+// rank 0's engine until that ends, then throws RankFinished (their command is done).
 Session open_session(const RunOpts& o, int64_t max_tokens);
 
 }  // namespace mla::cli

@@ -54,9 +54,11 @@ const std::vector<MethodImpl>& implementations() {
 
 bool platform_built(Platform p) { return entry(p) != nullptr; }
 
-bool platform_available(Platform p) {
+bool platform_available(Platform p) { return platform_device_count(p) > 0; }
+
+int platform_device_count(Platform p) {
   const PlatformEntry* e = entry(p);
-  return e && e->device_count() > 0;
+  return e ? e->device_count() : 0;
 }
 
 std::unique_ptr<Ops> make_ops(Platform p, DType act, const PlatformOptions& options) {
