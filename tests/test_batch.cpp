@@ -176,6 +176,33 @@ TEST(BatchPlan, DecodeVerifyDraftIdle) {
   }
 }
 
+// A tensor-parallel follower has no page tables: it rebuilds the plan from the pages rank 0 sends
+// (only those the tokens reach), and gets rank 0's plan exactly.
+TEST(BatchPlan, OnPagesIsThePoolsPlan) {
+  for (int64_t ps : {1, 5, 16}) {
+    KVPool pool(KVPoolConfig{1, 8, DType::F32, ps, 200});
+    pool.reserve(10, 3), pool.reserve(11, 17), pool.reserve(10, 13), pool.reserve(13, 40), pool.reserve(11, 31);
+    const Batch b = make(ForwardMode::EXTEND, {{11, 20, 11}, {10, 0, 13}, {13, 33, 1}});
+    std::vector<std::vector<int32_t>> pages;
+    for (const BatchRequest& r : b.requests) {
+      const std::vector<int32_t>& all = pool.pages(r.id);
+      pages.emplace_back(all.begin(), all.begin() + (r.prefix_len + r.new_len + ps - 1) / ps);
+    }
+    std::vector<const std::vector<int32_t>*> of;
+    for (const auto& p : pages) of.push_back(&p);
+    const BatchPlan a = plan_batch(b, pool), c = plan_batch_on_pages(b, ps, of);
+    EXPECT_EQ(c.positions, a.positions);
+    EXPECT_EQ(c.new_slots, a.new_slots);
+    EXPECT_EQ(c.kv_slots, a.kv_slots);
+    EXPECT_EQ(c.kv_start, a.kv_start);
+    EXPECT_EQ(c.q_start, a.q_start);
+    EXPECT_EQ(c.prefix_and_new().k_start, a.prefix_and_new().k_start);
+    EXPECT_EQ(c.prefix_and_new().k_len, a.prefix_and_new().k_len);
+    pages[2].pop_back();  // request 2 is one page short
+    expect_error([&] { plan_batch_on_pages(b, ps, of); }, {"request 2", "id 13", "34 tokens"});
+  }
+}
+
 TEST(BatchPlan, PoolErrorsNameTheRequest) {
   KVPool pool(KVPoolConfig{1, 8, DType::F32, 16, 8});
   pool.reserve(1, 10);

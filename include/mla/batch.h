@@ -72,5 +72,9 @@ struct BatchPlan {
 
 // Validates the batch and its fit in the pool (every request reserved for prefix + new tokens).
 BatchPlan plan_batch(const Batch& b, const KVPool& pool);
+// The same plan from the requests' cache pages (pages[i]: request i's, page_size slots each, in
+// token order), as a tensor-parallel follower rebuilds it from rank 0's step message: plan_batch
+// is this on the pool's page tables. Error when a request's pages hold fewer tokens than it needs.
+BatchPlan plan_batch_on_pages(const Batch& b, int64_t page_size, const std::vector<const std::vector<int32_t>*>& pages);
 
 }  // namespace mla

@@ -21,6 +21,11 @@ struct KVPoolConfig {
   int64_t num_pages = 0;   // pages in the pool (all layers share the page table)
 };
 
+// The cache slot of token t of a request holding `pages` (page_size slots each, in token order).
+inline int32_t page_slot(const std::vector<int32_t>& pages, int64_t page_size, int64_t t) {
+  return int32_t(int64_t(pages[size_t(t / page_size)]) * page_size + t % page_size);
+}
+
 // Slot s of a layer is row s of that layer's buffer [num_pages * page_size, row_dim]; the pages
 // of a request need not be contiguous. Every mutating call either succeeds or throws Error and
 // leaves the pool exactly as it was.

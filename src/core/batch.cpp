@@ -144,6 +144,24 @@ int64_t AttnSegments::total_k() const {
 
 BatchPlan plan_batch(const Batch& b, const KVPool& pool) {
   validate_batch(b);
+  std::vector<const std::vector<int32_t>*> pages;
+  for (size_t i = 0; i < b.requests.size(); ++i) {
+    const BatchRequest& r = b.requests[i];
+    const int64_t seq = r.prefix_len + r.new_len;
+    if (!pool.has(r.id)) fail("batch: request {} (id {}) is not in the KV pool", i, r.id);
+    if (pool.length(r.id) < seq)
+      fail("batch: request {} (id {}) needs {} tokens reserved in the KV pool, has {}", i, r.id,
+           seq, pool.length(r.id));
+    pages.push_back(&pool.pages(r.id));
+  }
+  return plan_batch_on_pages(b, pool.config().page_size, pages);
+}
+
+BatchPlan plan_batch_on_pages(const Batch& b, int64_t page_size, const std::vector<const std::vector<int32_t>*>& pages) {
+  validate_batch(b);
+  if (pages.size() != b.requests.size())
+    fail("batch: {} page lists for {} requests", pages.size(), b.requests.size());
+  if (page_size <= 0) fail("batch: page size {} is not positive", page_size);
   BatchPlan p;
   p.batch = b;
   p.num_tokens = b.num_tokens();
@@ -152,19 +170,21 @@ BatchPlan plan_batch(const Batch& b, const KVPool& pool) {
   p.positions.reserve(size_t(p.num_tokens));
   p.new_slots.reserve(size_t(p.num_tokens));
   p.kv_slots.reserve(size_t(b.sum_seq()));
+  auto slots = [&](const std::vector<int32_t>& pg, int64_t begin, int64_t end, std::vector<int32_t>& out) {
+    for (int64_t t = begin; t < end; ++t) out.push_back(page_slot(pg, page_size, t));
+  };
   int64_t q = 0;
   for (size_t i = 0; i < b.requests.size(); ++i) {
     const BatchRequest& r = b.requests[i];
     const int64_t seq = r.prefix_len + r.new_len;
-    if (!pool.has(r.id)) fail("batch: request {} (id {}) is not in the KV pool", i, r.id);
-    if (pool.length(r.id) < seq)
-      fail("batch: request {} (id {}) needs {} tokens reserved in the KV pool, has {}", i, r.id,
-           seq, pool.length(r.id));
+    if (int64_t(pages[i]->size()) * page_size < seq)
+      fail("batch: request {} (id {}) needs {} tokens, its {} pages hold {}", i, r.id, seq, pages[i]->size(),
+           int64_t(pages[i]->size()) * page_size);
     p.q_start.push_back(q);
     for (int64_t t = 0; t < r.new_len; ++t) p.positions.push_back(int32_t(r.prefix_len + t));
-    pool.slots(r.id, r.prefix_len, seq, p.new_slots);
+    slots(*pages[i], r.prefix_len, seq, p.new_slots);
     p.kv_start.push_back(int64_t(p.kv_slots.size()));
-    pool.slots(r.id, 0, seq, p.kv_slots);
+    slots(*pages[i], 0, seq, p.kv_slots);
     q += r.new_len;
   }
   AttnSegments& a = p.seg_new_only;

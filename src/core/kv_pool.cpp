@@ -159,8 +159,7 @@ void KVPool::slots(RequestId id, int64_t begin, int64_t end, std::vector<int32_t
          e.length);
   out.reserve(out.size() + size_t(end - begin));
   const int64_t ps = cfg_.page_size;
-  for (int64_t t = begin; t < end; ++t)
-    out.push_back(int32_t(int64_t(e.pages[size_t(t / ps)]) * ps + t % ps));
+  for (int64_t t = begin; t < end; ++t) out.push_back(page_slot(e.pages, ps, t));
 }
 
 std::vector<int32_t> KVPool::slots(RequestId id, int64_t begin, int64_t end) const {

@@ -58,23 +58,20 @@ class Reader {
   size_t at_ = 0;
 };
 
-void put_segments(Writer& w, const AttnSegments& a) {
-  w.put(a.q_start), w.put(a.q_len), w.put(a.k_start), w.put(a.k_len), w.put(uint8_t(a.causal));
-}
-void get_segments(Reader& r, AttnSegments& a) {
-  r.get(a.q_start), r.get(a.q_len), r.get(a.k_start), r.get(a.k_len);
-  a.causal = r.get<uint8_t>() != 0;
-}
-
-std::string encode_step(const std::vector<int32_t>& ids, const BatchPlan& p, ForwardMethod method,
+// A step travels as its batch, each request's cache pages (those its tokens reach), the ids, the
+// method and the logit rows; the follower rebuilds the plan from them (plan_batch_on_pages), so a
+// long context costs one int a page, not one a token.
+std::string encode_step(const std::vector<int32_t>& ids, const Batch& b, const KVPool& pool, ForwardMethod method,
                         const std::vector<int32_t>* rows) {
   Writer w;
-  w.put(uint8_t(p.batch.mode));
-  w.put(p.batch.requests);
-  w.put(p.num_tokens);
-  w.put(p.q_start), w.put(p.positions), w.put(p.new_slots), w.put(p.kv_slots), w.put(p.kv_start);
-  put_segments(w, p.seg_new_only);
-  put_segments(w, p.seg_prefix_and_new);
+  w.put(uint8_t(b.mode));
+  w.put(b.requests);
+  const int64_t ps = pool.config().page_size;
+  for (const BatchRequest& r : b.requests) {
+    const std::vector<int32_t>& pages = pool.pages(r.id);
+    const size_t used = size_t((r.prefix_len + r.new_len + ps - 1) / ps);
+    w.put(std::vector<int32_t>(pages.begin(), pages.begin() + int64_t(std::min(used, pages.size()))));
+  }
   w.put(ids);
   w.put(int32_t(method));
   w.put(uint8_t(rows != nullptr));
@@ -89,21 +86,21 @@ struct FollowedStep {
   ForwardMethod method = ForwardMethod::MLA;
 };
 
-FollowedStep decode_step(const std::string& msg) {
+FollowedStep decode_step(const std::string& msg, int64_t page_size) {
   Reader r(msg);
   FollowedStep s;
-  BatchPlan& p = s.plan;
-  p.batch.mode = ForwardMode(r.get<uint8_t>());
-  r.get(p.batch.requests);
-  p.num_tokens = r.get<int64_t>();
-  r.get(p.q_start), r.get(p.positions), r.get(p.new_slots), r.get(p.kv_slots), r.get(p.kv_start);
-  get_segments(r, p.seg_new_only);
-  get_segments(r, p.seg_prefix_and_new);
+  Batch b;
+  b.mode = ForwardMode(r.get<uint8_t>());
+  r.get(b.requests);
+  std::vector<std::vector<int32_t>> pages(b.requests.size());
+  std::vector<const std::vector<int32_t>*> of;
+  for (std::vector<int32_t>& p : pages) r.get(p), of.push_back(&p);
   r.get(s.ids);
   s.method = ForwardMethod(r.get<int32_t>());
   s.has_rows = r.get<uint8_t>() != 0;
   if (s.has_rows) r.get(s.rows);
   if (!r.done()) fail("engine follow: a step message has {} trailing bytes", msg.size());
+  s.plan = plan_batch_on_pages(b, page_size, of);
   return s;
 }
 
@@ -132,7 +129,7 @@ void Engine::lead(std::function<void(const std::string&)> send) { send_ = std::m
 int64_t Engine::follow(const std::function<std::string()>& receive) {
   int64_t steps = 0;
   for (std::string msg = receive(); !msg.empty(); msg = receive(), ++steps) {
-    const FollowedStep s = decode_step(msg);
+    const FollowedStep s = decode_step(msg, opt_.page_size);
     const ForwardMethod mine = model_.choose_method(s.plan.batch, opt_.forward);
     if (mine != s.method)
       fail("tensor-parallel ranks disagree: rank 0 runs a batch by {}, rank {} would by {}", method_name(s.method),
@@ -196,14 +193,15 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, 
   if (pages_needed > pool_->free_pages())
     fail("KV pool: the batch needs {} more pages of {} tokens, {} free", pages_needed, opt_.page_size, pool_->free_pages());
   for (const BatchRequest& r : b.requests) pool_->reserve(r.id, r.prefix_len + r.new_len);
-  BatchPlan plan = plan_batch(b, *pool_);
-  ForwardOptions fo = opt_.forward;
-  fo.method = method;
   std::vector<int32_t> rows;  // last_only: the last new token of each request
   int64_t end = 0;
   if (last_only)
     for (const BatchRequest& r : b.requests) rows.push_back(int32_t((end += r.new_len) - 1));
-  if (send_) send_(encode_step(ids, plan, method, last_only ? &rows : nullptr));
+  // Followers get the step before this rank plans it: both build their plans at once.
+  if (send_) send_(encode_step(ids, b, *pool_, method, last_only ? &rows : nullptr));
+  BatchPlan plan = plan_batch(b, *pool_);
+  ForwardOptions fo = opt_.forward;
+  fo.method = method;
   ModelOutput out = model_.forward(ids, plan, *pool_, fo, last_only ? &rows : nullptr);
   for (const BatchRequest& r : b.requests) lengths_[r.id] = r.prefix_len + r.new_len;
   StepResult res;
