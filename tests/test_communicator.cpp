@@ -132,5 +132,32 @@ TEST(InProcess, RanksThatDisagreeAllFailAndNoneHangs) {
   expect_error([&] { g.communicator(3, *ops[0]); }, {"rank 3 is outside [0, 3)"});
 }
 
+// A rank whose thread fails aborts the group: the ranks waiting for it in a collective fail with the
+// reason, and so does every later collective.
+TEST(InProcess, AnAbortedGroupFailsItsWaitingRanks) {
+  const int n = 3;
+  InProcessGroup g(n);
+  std::vector<std::unique_ptr<Ops>> ops;
+  for (int r = 0; r < n; ++r) ops.push_back(make_ops(Platform::CPU, DType::F32));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      auto c = g.communicator(r, *ops[size_t(r)]);
+      Tensor x = ops[size_t(r)]->empty(DType::F32, {8});
+      if (r == 2) return g.abort("rank 2 failed");
+      try {
+        c->all_reduce(x);
+      } catch (const Error& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[size_t(r)], "in-process group: rank 2 failed") << "rank " << r;
+  auto c = g.communicator(0, *ops[0]);
+  Tensor y = ops[0]->empty(DType::F32, {4});
+  expect_error([&] { c->all_reduce(y); }, "in-process group: rank 2 failed");
+}
+
 }  // namespace
 }  // namespace mla

@@ -133,7 +133,7 @@ ThreadRanks::ThreadRanks(int size, Follower follower) : group_(std::make_unique<
         follower(r, *group_, receive);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "mla: tensor-parallel rank %d: %s; stopping\n", r, e.what());
-        std::_Exit(3);
+        std::_Exit(3);  // as a lost rank process does
       }
     });
 }

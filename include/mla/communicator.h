@@ -47,6 +47,9 @@ class InProcessGroup {
   InProcessGroup(const InProcessGroup&) = delete;
   InProcessGroup& operator=(const InProcessGroup&) = delete;
   int size() const;
+  // A rank that cannot go on (its thread failed): every rank waiting in a collective, and every
+  // later collective, fails with "in-process group: <reason>" instead of waiting for it.
+  void abort(const std::string& reason);
   // The communicator of `rank`, combining through `ops` (used by that rank's thread only).
   std::unique_ptr<Communicator> communicator(int rank, Ops& ops);
 

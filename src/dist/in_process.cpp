@@ -1,8 +1,9 @@
 // The in-process communicator: ranks are threads of one process. A collective posts each rank's
 // tensors, meets at a barrier, lets every rank combine what was posted through its own Ops (in rank
 // order, f32 sums), and meets again before anyone may touch its inputs.
-#include <barrier>
+#include <condition_variable>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "mla/communicator.h"
@@ -10,10 +11,41 @@
 
 namespace mla {
 
+// A barrier that abort() breaks: every rank waiting in it, and every later arrival, fails.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    if (!broken_.empty()) fail("{}", broken_);
+    const uint64_t gen = gen_;
+    if (++waiting_ == n_) {
+      waiting_ = 0, ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(l, [&] { return gen_ != gen || !broken_.empty(); });
+    if (gen_ == gen) fail("{}", broken_);
+  }
+  void abort(const std::string& why) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (broken_.empty()) broken_ = why.empty() ? "aborted" : why;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int n_;
+  int waiting_ = 0;
+  uint64_t gen_ = 0;
+  std::string broken_;
+};
+
 struct InProcessGroup::State {
   explicit State(int n) : size(n), sync(n), posted(size_t(n)) {}
   const int size;
-  std::barrier<> sync;
+  Barrier sync;
   struct Post {
     const Tensor* in = nullptr;
     Tensor* out = nullptr;
@@ -117,6 +149,9 @@ InProcessGroup::InProcessGroup(int size) {
 }
 InProcessGroup::~InProcessGroup() = default;
 int InProcessGroup::size() const { return s_->size; }
+void InProcessGroup::abort(const std::string& reason) {
+  s_->sync.abort(fmt::format("in-process group: {}", reason));
+}
 
 std::unique_ptr<Communicator> InProcessGroup::communicator(int rank, Ops& ops) {
   if (rank < 0 || rank >= s_->size) fail("in-process group: rank {} is outside [0, {})", rank, s_->size);
