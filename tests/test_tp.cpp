@@ -225,7 +225,8 @@ TEST(Tp, FollowersRunTheScheduledSteps) {
   std::vector<int64_t> steps;
   const std::vector<std::vector<int32_t>> two = schedule(2, o.dir, prompts, &steps);
   EXPECT_EQ(two, one);
-  EXPECT_EQ(std::vector<int32_t>(two[0].begin(), two[0].begin() + 10),
+  ASSERT_EQ(two[0].size(), 10u);
+  EXPECT_EQ(two[0],
             std::vector<int32_t>(o.greedy.begin(), o.greedy.begin() + 10));
   EXPECT_GT(steps[0], 4);
   EXPECT_EQ(steps[1], steps[0]);  // every forward rank 0 ran, rank 1 ran
