@@ -14,6 +14,9 @@ if command -v node >/dev/null; then
   ids_of() {  # ids_of FILE KEY SUBKEY: an id list of oracle.json (ids/2, greedy/prompt, greedy/ids)
     node -e 'const d = JSON.parse(require("fs").readFileSync(process.argv[1])); console.log(d[process.argv[2]][process.argv[3]].join(","))' "$@"
   }
+  free_port() {  # a port nobody listens on now
+    node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })'
+  }
   logprob_ids() {  # stdin: a completion; stdout: its token ids, from logprobs.tokens ("token_id:N")
     node -e 'let s = ""; process.stdin.on("data", d => s += d).on("end", () =>
       console.log(JSON.parse(s).choices[0].logprobs.tokens.map(t => t.replace("token_id:", "")).join(",")))'
@@ -21,6 +24,9 @@ if command -v node >/dev/null; then
 else
   ids_of() {
     python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]][sys.argv[3]])))' "$@"
+  }
+  free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
   }
   logprob_ids() {
     python3 -c 'import json, sys; print(",".join(t.replace("token_id:", "") for t in json.load(sys.stdin)["choices"][0]["logprobs"]["tokens"]))'
@@ -59,7 +65,7 @@ expect tp2_random 0 '^[0-9]+(,[0-9]+){3}$' -- generate --random-weights deepseek
 
 # Two hosts on one: --nnodes 2, each "host" starting its own ranks and meeting at --dist-init-addr.
 if [ "$PLATFORM" = cpu ]; then
-  addr=127.0.0.1:$((20000 + RANDOM % 20000))
+  addr=127.0.0.1:$(free_port)
   "$MLA" logits --model "$M" --tp 4 --nnodes 2 --node-rank 1 --dist-init-addr "$addr" --ids "$ids2" \
     --out "$tmp/node1.safetensors" >"$tmp/node1.out" 2>"$tmp/node1.err" &
   node1=$!
