@@ -78,17 +78,16 @@ Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops, Communicator* tp
     jobs.push_back({name, t, shard});
     return t;
   };
-  // An MLP of `width` (the whole model's), this rank's width / tp of it; gate/up by rows, down by columns.
-  auto mlp_shards = [&](int64_t width) {
-    const int64_t w = width / ranks;
-    return std::pair<WeightShard, WeightShard>{ranks == 1 ? WeightShard{} : WeightShard{0, rank * w, width},
-                                               ranks == 1 ? WeightShard{} : WeightShard{1, rank * w, width}};
+  // This rank's `part` of a dimension `full` long, along `dim` (the whole tensor without TP).
+  auto split = [&](int dim, int64_t part, int64_t full) {
+    return ranks == 1 ? WeightShard{} : WeightShard{dim, rank * part, full};
   };
+  // An MLP of `width` (the whole model's): this rank's width / tp, gate/up by rows, down by columns.
   auto want_mlp = [&](const std::string& p, int64_t width) -> Mlp {
-    const auto [in, out] = mlp_shards(width);
     const int64_t w = width / ranks;
-    return {want(p + "gate_proj.weight", {w, H}, act, in), want(p + "up_proj.weight", {w, H}, act, in),
-            want(p + "down_proj.weight", {H, w}, act, out)};
+    return {want(p + "gate_proj.weight", {w, H}, act, split(0, w, width)),
+            want(p + "up_proj.weight", {w, H}, act, split(0, w, width)),
+            want(p + "down_proj.weight", {H, w}, act, split(1, w, width))};
   };
   // The vocabulary: ceil(V / tp) rows a rank, the last ones short (zero rows pad them).
   vocab_rows_ = (V + ranks - 1) / ranks;
@@ -100,8 +99,7 @@ Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops, Communicator* tp
       Tensor pad = t.rows(vocab_own, rows);
       ops.fill(pad, 0.0);
     }
-    if (vocab_own > 0)
-      jobs.push_back({name, t.rows(0, vocab_own), ranks == 1 ? WeightShard{} : WeightShard{0, vocab_begin_, V}});
+    if (vocab_own > 0) jobs.push_back({name, t.rows(0, vocab_own), split(0, vocab_rows_, V)});
     return t;
   };
   std::vector<AttentionWeights> attn(size_t(c.num_hidden_layers));
@@ -117,7 +115,7 @@ Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops, Communicator* tp
     l.post_attention_layernorm = want(p + "post_attention_layernorm.weight", {H}, act);
     if (c.is_moe_layer(i)) {
       const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size / ranks;
-      const auto [in, out] = mlp_shards(c.moe_intermediate_size);
+      const WeightShard in = split(0, I, c.moe_intermediate_size), out = split(1, I, c.moe_intermediate_size);
       l.router = want(p + "mlp.gate.weight", {E, H}, DType::F32);
       if (c.model_type() == "deepseek_v3") l.bias = want(p + "mlp.gate.e_score_correction_bias", {E}, DType::F32);
       l.experts = {ops.empty(act, {E, I, H}), ops.empty(act, {E, I, H}), ops.empty(act, {E, H, I})};
