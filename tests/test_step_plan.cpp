@@ -4,6 +4,7 @@
 // plan opens no step. The GPU cases skip where the platform is not available.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -64,6 +65,7 @@ TEST_P(StepPlan, DecodeStepCopiesThePlanOnceAndNeverWaits) {
   const std::vector<int32_t> ids = {3, 90, 0, 41, 41, 7};
   ForwardOptions opt;
   if (p == Platform::CUDA) opt.method = ForwardMethod::MLA;  // the fast decode kernel; ROCm: dispatched
+  opt.graphs = false;  // op by op: the step's own copies and schedule (StepGraphs replays them)
 
   // The first steps also upload the RoPE table (once per Ops) and size both pinned buffers.
   const std::vector<double> first = ops->download(model.forward(ids, plan, pool, opt).logits).to_doubles();
@@ -128,6 +130,139 @@ TEST_P(StepPlan, BadPlansOpenNoStep) {
 
 INSTANTIATE_TEST_SUITE_P(Gpu, StepPlan, ::testing::Values(Platform::CUDA, Platform::ROCM),
                          [](const auto& info) { return std::string(platform_name(info.param)); });
+
+// ---- step graphs (Ops::begin_capture / replay, Model's decode graphs) ----
+
+struct GraphCase {
+  std::string name;
+  DType act, kv;
+};
+
+class StepGraphs : public ::testing::TestWithParam<GraphCase> {};
+
+// Decode steps of the whole model with graphs give the bits of the same steps op by op, step after
+// step: requests of many lengths growing across kv buckets (a new split count: a new graph), a
+// request leaving (a new batch size), logit rows, and the device plan growing (recorded graphs no
+// longer fit and are recorded again). Replayed steps copy the plan once, never wait, and run no
+// host code for the layers (no split schedule).
+TEST_P(StepGraphs, DecodeGraphsGiveTheBitsOfTheOpByOpSteps) {
+  const GraphCase& gc = GetParam();
+  if (!platform_available(Platform::CUDA)) GTEST_SKIP() << "no CUDA device here";
+  const ModelConfig cfg = small_config();
+  std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, gc.act);
+  ASSERT_TRUE(ops->can_capture());
+  LoadedModel lm = random_model(cfg, *ops, 3);
+  Model& model = *lm.model;
+  const KVPoolConfig pc{cfg.num_hidden_layers, cfg.attn.kv_row_dim(), gc.kv, 16, 200};
+  auto alloc = [&](DType d, Shape s) { return ops->empty(d, std::move(s)); };
+  KVPool eager_pool(pc, alloc), graph_pool(pc, alloc);
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    ops->fill_random(eager_pool.buffer(l), 40 + uint64_t(l), 1.0);
+    ops->fill_random(graph_pool.buffer(l), 40 + uint64_t(l), 1.0);
+    if (gc.kv == DType::F8_E4M3FN) eager_pool.set_scale(l, 0.05), graph_pool.set_scale(l, 0.05);
+  }
+  std::vector<int64_t> len = {60, 17, 127, 250, 5, 129};  // the longest crosses 256 after 6 steps
+  std::vector<int32_t> ids = {3, 90, 0, 41, 41, 7};
+  ForwardOptions eager_opt, graph_opt;
+  eager_opt.method = graph_opt.method = ForwardMethod::MLA;
+  eager_opt.graphs = false;
+  int replays = 0, captures = 0, steps = 0;
+  for (int step = 0; step < 24; ++step) {
+    if (step == 14) len.erase(len.begin() + 1), ids.erase(ids.begin() + 1);  // a request leaves
+    Batch b{ForwardMode::DECODE, {}};
+    for (size_t r = 0; r < len.size(); ++r) {
+      const RequestId id = RequestId(r);
+      for (KVPool* pool : {&eager_pool, &graph_pool}) pool->reserve(id, len[r] + 1);
+      b.requests.push_back({id, len[r], 1});
+    }
+    const BatchPlan pe = plan_batch(b, eager_pool), pg = plan_batch(b, graph_pool);
+    ASSERT_EQ(pe.kv_slots, pg.kv_slots);
+    std::vector<int32_t> rows;  // every other step: the logit rows of the last tokens, reversed
+    for (size_t r = len.size(); r-- > 0;) rows.push_back(int32_t(r));
+    const std::vector<int32_t>* rp = step % 2 ? &rows : nullptr;
+    const std::vector<double> want = ops->download(model.forward(ids, pe, eager_pool, eager_opt, rp).logits).to_doubles();
+    const StepCounters before = ops->counters();
+    const ModelOutput out = model.forward(ids, pg, graph_pool, graph_opt, rp);
+    const StepCounters st = ops->step_counters(), all = ops->counters() - before;
+    const std::vector<double> got = ops->download(out.logits).to_doubles();
+    ASSERT_TRUE(same_bits(want, got)) << "step " << step << ": the graph's logits differ from the op-by-op step";
+    EXPECT_EQ(st.host_syncs, 0) << "step " << step;
+    EXPECT_EQ(st.h2d_copies, 1) << "step " << step;
+    if (st.graph_replays) {
+      ++replays;
+      if (!st.graph_captures) EXPECT_EQ(st.decode_schedules, 0) << "a replay runs no host code for the layers";
+    }
+    captures += int(st.graph_captures);
+    EXPECT_EQ(all.host_syncs, 0);
+    ++steps;
+    // The next ids: the eager step's greedy choice of each request's row.
+    const int64_t V = cfg.vocab_size;
+    for (size_t r = 0; r < len.size(); ++r) {
+      const size_t row = rp ? len.size() - 1 - r : r;
+      const double* x = want.data() + row * size_t(V);
+      ids[r] = int32_t(std::max_element(x, x + V) - x);
+      ++len[r];
+    }
+  }
+  // Each shape's first step runs op by op; shapes: 6 requests × (2 rows) × buckets 256 and 512,
+  // then 5 requests.
+  EXPECT_GE(captures, 4);
+  EXPECT_GE(replays, steps - 2 * captures - 2);
+  EXPECT_LE(model.graphs_kept(), Model::kMaxGraphs);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, StepGraphs,
+                         ::testing::Values(GraphCase{"bf16_kvbf16", DType::BF16, DType::BF16},
+                                           GraphCase{"bf16_kvfp8", DType::BF16, DType::F8_E4M3FN},
+                                           GraphCase{"f32_kvf32", DType::F32, DType::F32}),
+                         [](const auto& info) { return info.param.name; });
+
+// What cannot be recorded is an Error that leaves the platform running calls; a graph replays only
+// into a step of its layout; platforms without graphs say so.
+TEST(StepGraphCapture, FailuresLeaveTheOpsWorking) {
+  for (Platform p : {Platform::CPU, Platform::ROCM})
+    if (platform_available(p)) {
+      std::unique_ptr<Ops> ops = make_ops(p, DType::F32);
+      EXPECT_FALSE(ops->can_capture()) << platform_name(p);
+      expect_error([&] { ops->begin_capture(); }, "cannot record step graphs");
+    }
+  if (!platform_available(Platform::CUDA)) GTEST_SKIP() << "no CUDA device here";
+  std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, DType::F32);
+  KVPool pool({1, 8, DType::F32, 4, 8}, [&](DType d, Shape s) { return ops->empty(d, std::move(s)); });
+  pool.reserve(0, 6);
+  pool.reserve(1, 3);
+  const BatchPlan one = plan_batch(Batch::from_lengths(ForwardMode::DECODE, {{5, 1}}), pool);
+  const BatchPlan two = plan_batch(Batch::from_lengths(ForwardMode::DECODE, {{5, 1}, {2, 1}}), pool);
+  expect_error([&] { ops->begin_capture(); }, "begin_capture outside a step");
+  Tensor host = Tensor::host(DType::F32, {4});
+  std::unique_ptr<Ops::StepGraph> g;
+  {
+    StepScope s(*ops, one, pool);
+    ops->begin_capture();
+    expect_error([&] { ops->upload(host); }, "an upload cannot be recorded");
+    expect_error([&] { ops->synchronize(); }, "a synchronization cannot be recorded");
+    expect_error([&] { ops->end_capture(/*failed=*/true); }, "recording a step graph failed");
+    // Running again: a copy and a download.
+    Tensor d = ops->upload(host);
+    ops->fill(d, 2.0);
+    EXPECT_EQ(ops->download(d).to_doubles(), std::vector<double>(4, 2.0));
+    ops->begin_capture();
+    ops->fill(d, 3.0);
+    g = ops->end_capture();
+    EXPECT_EQ(ops->download(d).to_doubles(), std::vector<double>(4, 2.0)) << "recorded, not run";
+    EXPECT_TRUE(ops->replay(*g));
+    EXPECT_EQ(ops->download(d).to_doubles(), std::vector<double>(4, 3.0));
+  }
+  EXPECT_FALSE(ops->replay(*g)) << "outside a step";
+  {
+    StepScope s(*ops, two, pool);
+    EXPECT_FALSE(ops->replay(*g)) << "a step of another layout";
+  }
+  {
+    StepScope s(*ops, one, pool);
+    EXPECT_TRUE(ops->replay(*g));
+  }
+}
 
 // Every method on the harness's shapes: a layer run inside a step (its arrays resolved to the
 // device plan, its slots checked once) gives the bits of the same layer without one.

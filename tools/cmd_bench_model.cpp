@@ -182,6 +182,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     out["tp"] = s.lm.model->tp_size();
     out["platform"] = ops.name();
     out["kv_dtype"] = dtype_name(o->kv);
+    out["graphs"] = o->fwd.graphs && ops.can_capture();
     out["copy_GB_s"] = ceil.copy_bytes_s / 1e9;
     out["gemm_TFLOP_s"] = ceil.gemm_flop_s / 1e12;
     out["weights_GB"] = k.weight_bytes / 1e9;
@@ -245,6 +246,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
           const StepCounters dc = ops.counters() - c0;
           counted.h2d_copies += dc.h2d_copies, counted.d2h_copies += dc.d2h_copies;
           counted.host_syncs += dc.host_syncs;
+          counted.graph_replays += dc.graph_replays, counted.graph_captures += dc.graph_captures;
         }
         for (int64_t r = 0; r < B; ++r) last[size_t(r)] = res.greedy[size_t(r)];
       }
@@ -263,14 +265,17 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                          // per step, the whole engine step (the final id download included)
                          {"h2d_copies", double(counted.h2d_copies) / double(o->steps)},
                          {"d2h_copies", double(counted.d2h_copies) / double(o->steps)},
-                         {"host_syncs", double(counted.host_syncs) / double(o->steps)}};
+                         {"host_syncs", double(counted.host_syncs) / double(o->steps)},
+                         {"graph_replays", double(counted.graph_replays) / double(o->steps)},
+                         {"graph_captures", counted.graph_captures}};
       out["rows"].push_back(row);
       std::fprintf(stderr,
                    "  decode b%-4ld ctx %ld: %8.3f ms/step %9.1f tok/s   roofline %7.3f ms (%.2f GB, %.1f GFLOP)  %.2fx"
-                   "   per step: %.1f H2D, %.1f D2H, %.1f host syncs\n",
+                   "   per step: %.1f H2D, %.1f D2H, %.1f host syncs, %.2f graph replays\n",
                    long(B), long(o->context), step_s * 1e3, double(B) / step_s, roof * 1e3, bytes / 1e9, flops / 1e9,
                    step_s / roof, double(counted.h2d_copies) / double(o->steps),
-                   double(counted.d2h_copies) / double(o->steps), double(counted.host_syncs) / double(o->steps));
+                   double(counted.d2h_copies) / double(o->steps), double(counted.host_syncs) / double(o->steps),
+                   double(counted.graph_replays) / double(o->steps));
     }
     if (o->prefill > 0) {
       std::vector<double> times;

@@ -20,6 +20,7 @@ struct RunOpts {
   uint64_t weight_seed = 0;
   int64_t page_size = 16;
   bool verbose = false;
+  bool no_graphs = false;
   PlatformFlags platform;
   DtypeFlags dtypes{"f32", "f32"};
   DispatchFlags dispatch;
@@ -43,6 +44,8 @@ struct RunOpts {
     dispatch.add(sub);
     sub->add_option("--page-size", page_size, "KV pool page size")->capture_default_str();
     sub->add_option("--method", method, "auto | MHA | MHA_ONE_SHOT | MHA_CHUNKED_KV | MLA")->capture_default_str();
+    sub->add_flag("--no-graphs", no_graphs,
+                  "run decode steps op by op: no CUDA graphs (they give the same bits; this measures them)");
     tp.add(sub);
   }
   // Parsed and checked; bad values are usage errors.
@@ -61,6 +64,7 @@ struct RunOpts {
       throw UsageError(e.what());
     }
     fwd.dispatch = dispatch.parse();
+    fwd.graphs = !no_graphs;
     if (page_size <= 0) throw UsageError("--page-size must be positive");
     if (model_or_random_ && model.empty() && random_weights.empty())
       throw UsageError("give the model with --model DIR or --random-weights SHAPE");

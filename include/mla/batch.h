@@ -68,7 +68,12 @@ struct BatchPlan {
   AttnSegments seg_prefix_and_new;     // new tokens attend to prefix + new (causal, bottom-right)
   const AttnSegments& new_only() const { return seg_new_only; }
   const AttnSegments& prefix_and_new() const { return seg_prefix_and_new; }
+  // The longest request (prefix + new tokens) rounded up to a power of two: the one length a
+  // platform's launch choices for the step may depend on (Ops step graphs).
+  int64_t kv_bucket() const;
 };
+
+int64_t kv_bucket(int64_t longest);  // the power of two ≥ longest (1 for 0)
 
 // Validates the batch and its fit in the pool (every request reserved for prefix + new tokens).
 BatchPlan plan_batch(const Batch& b, const KVPool& pool);

@@ -16,6 +16,12 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // e.g. "in-process 2/4"
+  // Whether its collectives may be recorded in a step graph (Ops::begin_capture) and replayed: no
+  // host work per call. The in-process and socket communicators meet on the host: no.
+  virtual bool capturable() const { return false; }
+  // Throws the failure a collective recorded on the device (a disagreement, a lost rank) since
+  // the last call: replayed collectives run no host code, so the model asks after a replay.
+  virtual void check() {}
 
   // x ← Σ_r x_r, the same on every rank. Ours (in-process, the one-shot kernels) sum in f32 in
   // rank order 0, 1, …, size−1 and round once to x's dtype: deterministic, the same bits on

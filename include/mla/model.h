@@ -2,6 +2,7 @@
 // residual → RMSNorm → MLP or MoE → residual; final RMSNorm; lm_head.
 #pragma once
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ MoeRouting moe_routing(const ModelConfig& c);
 struct ForwardOptions {
   DispatchSettings dispatch;
   std::optional<ForwardMethod> method;  // forced for every batch; nullopt: the dispatcher
+  // Decode steps by MLA replay step graphs where the platform records them (Ops::can_capture) and
+  // the tensor-parallel communicator allows it: the same bits as running them op by op.
+  bool graphs = true;
 };
 
 struct ModelOutput {
@@ -82,8 +86,15 @@ class Model {
   // pool (one layer per decoder layer) must hold slots for them (see plan_batch).
   // logit_rows: the rows of the batch whose logits are wanted (nullptr: all T); lm_head runs on
   // those rows only, and ModelOutput::logits has one row per entry.
+  //
+  // Step graphs (opt.graphs): a DECODE batch run by MLA is recorded the second time its shapes
+  // (tokens, requests, logit rows, the plan's kv_bucket) come on this pool, and replayed from then
+  // on; the first time runs op by op. At most kMaxGraphs are kept (the least recently used go);
+  // another pool, or other KV scales, drops them all.
   ModelOutput forward(const std::vector<int32_t>& ids, const BatchPlan& plan, KVPool& pool,
                       const ForwardOptions& opt, const std::vector<int32_t>* logit_rows = nullptr);
+  static constexpr size_t kMaxGraphs = 64;
+  size_t graphs_kept() const { return graphs_.size(); }  // recorded graphs (and shapes seen once)
 
  private:
   struct Mlp {
@@ -100,7 +111,24 @@ class Model {
   };
   Tensor mlp(const Mlp& m, const Tensor& x);  // x[n, hidden] → [n, hidden] (this rank's part of the sum)
   Tensor moe(const Layer& l, const Tensor& x);
-  Tensor logits(const Tensor& h);  // h[rows, hidden] normalized → [rows, vocab_size] f32
+  // h[rows, hidden] normalized → out[rows, vocab_size] f32
+  void logits(const Tensor& h, Tensor& out);
+  // The layers, final norm and lm_head of a planned step (inside its StepScope) → logits[rows, vocab].
+  void run(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, KVPool& pool, ForwardMethod method,
+           const DispatchSettings& settings, const std::vector<int32_t>* logit_rows, Tensor& logits);
+  // The step by its graph (recorded now if it was seen before): the logits, or an undefined tensor
+  // when it runs op by op this time.
+  Tensor run_graph(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, KVPool& pool, ForwardMethod method,
+                   const DispatchSettings& settings, const std::vector<int32_t>* logit_rows);
+  struct GraphKey {
+    int64_t tokens, requests, rows, kv_bucket;
+    ForwardMethod method;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  struct GraphEntry {
+    std::unique_ptr<Ops::StepGraph> graph;  // null: seen once
+    uint64_t last_use = 0;
+  };
 
   ModelConfig cfg_;
   Ops& ops_;
@@ -111,6 +139,12 @@ class Model {
   Tensor embed_;  // [vocab_rows_, hidden]; with tp > 1 one more row of zeros, for ids of other ranks
   Tensor norm_, lm_head_;  // lm_head_ [vocab_rows_, hidden], zero rows past the vocabulary
   std::vector<Layer> layers_;
+  // Step graphs: for one pool (its buffers, held while graphs use them) and its scales.
+  std::map<GraphKey, GraphEntry> graphs_;
+  uint64_t graph_clock_ = 0;
+  std::vector<Tensor> graph_pool_;
+  std::vector<double> graph_scales_;
+  Tensor graph_logits_;  // [capacity, vocab] f32: the graphs' output rows, copied out after a replay
 };
 
 }  // namespace mla

@@ -29,10 +29,13 @@ struct StepCounters {
   // waits and reallocations.
   int64_t host_syncs = 0;
   int64_t decode_schedules = 0;  // MLA decode split schedules computed (once per step and shape)
+  int64_t graph_captures = 0;    // steps recorded as graphs (begin_capture … end_capture)
+  int64_t graph_replays = 0;     // steps run by replaying a graph
 
   StepCounters operator-(const StepCounters& o) const {
-    return {h2d_copies - o.h2d_copies, d2h_copies - o.d2h_copies, host_syncs - o.host_syncs,
-            decode_schedules - o.decode_schedules};
+    return {h2d_copies - o.h2d_copies,           d2h_copies - o.d2h_copies,
+            host_syncs - o.host_syncs,           decode_schedules - o.decode_schedules,
+            graph_captures - o.graph_captures, graph_replays - o.graph_replays};
   }
 };
 
@@ -78,6 +81,31 @@ class Ops {
   // The open step's counts so far, or the last closed step's; zeros on the CPU.
   virtual StepCounters step_counters() const { return {}; }
   virtual StepCounters counters() const { return {}; }  // since the Ops was made
+
+  // ---- step graphs ----------------------------------------------------------------------------
+  // A platform that can record the op calls of an open step once (CUDA graphs) and replay them for
+  // later steps of the same shapes, without the host launching each kernel. The contract that makes
+  // a replay equal to running the calls again, bit for bit: every launch choice a platform makes in
+  // a step depends only on the plan's shapes (its token and request counts, each request's new_len,
+  // and kv_bucket(): the longest request rounded up to a power of two), never on the lengths
+  // themselves, which the kernels read from the step's device plan; and that device plan keeps its
+  // addresses for plans of equal shapes.
+  class StepGraph {
+   public:
+    virtual ~StepGraph() = default;
+  };
+  virtual bool can_capture() const { return false; }
+  // Inside an open step: the op calls up to end_capture are recorded into a graph, not run. A call
+  // that cannot be recorded (a host copy from pageable memory, a synchronization, a buffer that
+  // would have to grow) throws Error; end_capture must follow either way. Error where
+  // can_capture() is false.
+  virtual void begin_capture();
+  // Ends the recording. Returns the graph, or throws Error (after the platform is back to running
+  // calls) when the recording failed: `failed` says a call inside it threw.
+  virtual std::unique_ptr<StepGraph> end_capture(bool failed = false);
+  // Runs a graph recorded by this Ops in the open step. Returns false, running nothing, when the
+  // graph no longer fits the step (another layout of the device plan, or the plan moved).
+  virtual bool replay(const StepGraph& g);
 
   // ---- weights --------------------------------------------------------------------------------
   // A platform may keep the absorbed weights in its own packed form (ROCm: fp8, MXFP4, or a

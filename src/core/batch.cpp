@@ -1,6 +1,7 @@
 // Forward modes, batch validation and the batch plan (positions, slots, attention segments).
 #include "mla/batch.h"
 
+#include <algorithm>
 #include <limits>
 #include <unordered_map>
 
@@ -15,6 +16,18 @@ constexpr ForwardMode kModes[] = {ForwardMode::EXTEND, ForwardMode::DECODE,
                                   ForwardMode::IDLE};
 
 }  // namespace
+
+int64_t kv_bucket(int64_t longest) {
+  int64_t b = 1;
+  while (b < longest) b *= 2;
+  return b;
+}
+
+int64_t BatchPlan::kv_bucket() const {
+  int64_t longest = 0;
+  for (const BatchRequest& r : batch.requests) longest = std::max(longest, r.prefix_len + r.new_len);
+  return mla::kv_bucket(longest);
+}
 
 std::string_view mode_name(ForwardMode m) {
   switch (m) {

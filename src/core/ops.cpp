@@ -22,6 +22,14 @@ void Ops::upload_async(const void* host, Tensor& dst, size_t offset, size_t n, i
   std::memcpy(static_cast<char*>(dst.data()) + offset, host, n);
 }
 
+void Ops::begin_capture() { fail("{}: this platform cannot record step graphs", name()); }
+
+std::unique_ptr<Ops::StepGraph> Ops::end_capture(bool) {
+  fail("{}: this platform cannot record step graphs", name());
+}
+
+bool Ops::replay(const StepGraph&) { fail("{}: this platform cannot replay step graphs", name()); }
+
 void Ops::add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, double eps) {
   add(h, y);
   copy(h, x);

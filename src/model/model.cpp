@@ -185,7 +185,7 @@ ForwardMethod Model::choose_method(const Batch& b, const ForwardOptions& opt) co
 
 ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& plan, KVPool& pool,
                            const ForwardOptions& opt, const std::vector<int32_t>* logit_rows) {
-  const int64_t T = plan.num_tokens, Hd = cfg_.hidden_size();
+  const int64_t T = plan.num_tokens;
   if (int64_t(ids.size()) != T) fail("model: {} ids for a batch of {} tokens", ids.size(), T);
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
@@ -208,6 +208,19 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
   }
   const std::vector<int32_t>& embed_rows = tp_ ? rows_of_ids : ids;
   const StepScope step(ops_, plan, pool, {&embed_rows, logit_rows});  // the plan goes to the device once
+  if (opt.graphs && plan.batch.mode == ForwardMode::DECODE && out.method == ForwardMethod::MLA && T > 0 &&
+      ops_.can_capture() && (!tp_ || tp_->capturable())) {
+    out.logits = run_graph(embed_rows, plan, pool, out.method, opt.dispatch, logit_rows);
+    if (out.logits.defined()) return out;
+  }
+  out.logits = ops_.empty(DType::F32, {logit_rows ? int64_t(logit_rows->size()) : T, cfg_.vocab_size});
+  run(embed_rows, plan, pool, out.method, opt.dispatch, logit_rows, out.logits);
+  return out;
+}
+
+void Model::run(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, KVPool& pool, ForwardMethod method,
+                const DispatchSettings& settings, const std::vector<int32_t>* logit_rows, Tensor& logits_out) {
+  const int64_t T = plan.num_tokens, Hd = cfg_.hidden_size();
   const DType act = ops_.act_dtype();
   Tensor h = ops_.empty(act, {T, Hd});  // [T, hidden] the residual stream
   ops_.gather_rows(embed_, embed_rows, h);
@@ -223,7 +236,7 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     add_norm(l.input_layernorm);
-    pending = l.attn->forward(x, plan, pool, int64_t(i), out.method, opt.dispatch).out;
+    pending = l.attn->forward(x, plan, pool, int64_t(i), method, settings).out;
     add_norm(l.post_attention_layernorm);
     pending = l.mlp ? mlp(*l.mlp, x) : moe(l, x);
   }
@@ -237,16 +250,66 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
     h = picked;
   }
   ops_.rmsnorm(h, Hd, norm_, cfg_.attn.rms_norm_eps);
-  out.logits = logits(h);
+  logits(h, logits_out);
+}
+
+Tensor Model::run_graph(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, KVPool& pool,
+                        ForwardMethod method, const DispatchSettings& settings, const std::vector<int32_t>* logit_rows) {
+  const int64_t T = plan.num_tokens, rows = logit_rows ? int64_t(logit_rows->size()) : T, V = cfg_.vocab_size;
+  // Graphs hold this pool's buffers and its scales as they were recorded: another pool drops them.
+  std::vector<double> scales;
+  for (int64_t l = 0; l < pool.config().num_layers; ++l) scales.push_back(pool.scale(l));
+  if (graph_pool_.empty() || graph_pool_[0].data() != pool.buffer(0).data() || graph_scales_ != scales) {
+    graphs_.clear();
+    graph_pool_.clear();
+    for (int64_t l = 0; l < pool.config().num_layers; ++l) graph_pool_.push_back(pool.buffer(l));
+    graph_scales_ = std::move(scales);
+  }
+  if (!graph_logits_.defined() || graph_logits_.dim(0) < rows) {  // the graphs write the old buffer
+    graphs_.clear();
+    graph_logits_ = Tensor();
+    graph_logits_ = ops_.empty(DType::F32, {kv_bucket(rows), V});
+  }
+  const GraphKey key{T, int64_t(plan.batch.requests.size()), logit_rows ? rows : -1, plan.kv_bucket(), method};
+  auto [it, fresh] = graphs_.try_emplace(key);
+  it->second.last_use = ++graph_clock_;
+  if (fresh) {  // the first time runs op by op (and makes any buffer the calls keep)
+    if (graphs_.size() > kMaxGraphs) {
+      auto oldest = graphs_.begin();
+      for (auto g = graphs_.begin(); g != graphs_.end(); ++g)
+        if (g->second.last_use < oldest->second.last_use) oldest = g;
+      graphs_.erase(oldest);
+    }
+    return Tensor();
+  }
+  Tensor dst = graph_logits_.rows(0, rows);  // [rows, vocab]
+  GraphEntry& e = it->second;
+  if (!e.graph || !ops_.replay(*e.graph)) {
+    e.graph.reset();
+    ops_.begin_capture();
+    try {
+      run(embed_rows, plan, pool, method, settings, logit_rows, dst);
+    } catch (...) {
+      try {
+        ops_.end_capture(/*failed=*/true);
+      } catch (const Error&) {
+      }
+      throw;
+    }
+    e.graph = ops_.end_capture();
+    if (!ops_.replay(*e.graph)) fail("model: the step graph just recorded does not fit its step");
+  }
+  if (tp_) tp_->check();
+  Tensor out = ops_.empty(DType::F32, {rows, V});  // [rows, vocab]: the caller's; the next replay overwrites dst
+  ops_.copy(dst, out);
   return out;
 }
 
-Tensor Model::logits(const Tensor& h) {
+void Model::logits(const Tensor& h, Tensor& out) {
   const int64_t rows = h.dim(0), V = cfg_.vocab_size;
-  Tensor out = ops_.empty(DType::F32, {rows, V});  // [rows, vocab]
   if (!tp_) {
     ops_.linear(h, lm_head_, out);
-    return out;
+    return;
   }
   const int ranks = tp_->size();
   Tensor part = ops_.empty(DType::F32, {rows, vocab_rows_});  // [rows, V / tp] this rank's vocabulary
@@ -257,7 +320,6 @@ Tensor Model::logits(const Tensor& h) {
     const int64_t begin = std::min<int64_t>(V, r * vocab_rows_), n = std::min(V - begin, vocab_rows_);
     if (n > 0) ops_.copy_cols(all.rows(r * rows, (r + 1) * rows), 0, out, begin, n);
   }
-  return out;
 }
 
 }  // namespace mla

@@ -80,6 +80,8 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return fmt::format("nccl {}/{}", rank_, size_); }
+  bool capturable() const override { return true; }  // device-side epochs and tags, NCCL's own capture
+  void check() override { check_pending(); }
 
   void all_reduce(Tensor& x) override {
     check_pending();

@@ -34,6 +34,9 @@ class CudaOps final : public GpuOps {
     MLA_CUBLAS_CHECK(cublasSetStream(blas_, stream()));
     // f32 GEMMs stay exact: no TF32 (CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F never uses it).
     MLA_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    // A workspace of our own: cuBLAS then allocates nothing inside a graph being recorded.
+    blas_ws_ = empty(DType::F32, {kBlasWorkspaceBytes / 4});
+    MLA_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_ws_.data(), kBlasWorkspaceBytes));
   }
   ~CudaOps() override {
     synchronize();
@@ -41,6 +44,50 @@ class CudaOps final : public GpuOps {
   }
 
   std::string name() const override { return fmt::format("cuda-{}", dtype_name(act_dtype())); }
+
+  // ---- step graphs: CUDA graphs of the calls between begin_capture and end_capture ----
+  bool can_capture() const override { return true; }
+  void begin_capture() override {
+    if (!step_open()) fail("cuda: begin_capture outside a step");
+    if (capturing()) fail("cuda: begin_capture while a graph is being recorded");
+    MLA_GPU_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+    set_capturing(true);
+  }
+  std::unique_ptr<StepGraph> end_capture(bool failed) override {
+    if (!capturing()) fail("cuda: end_capture without begin_capture");
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream(), &g);
+    set_capturing(false);
+    std::vector<Tensor> keep = take_capture_keep();
+    if (failed || e != cudaSuccess || !g) {
+      if (g) (void)cudaGraphDestroy(g);
+      (void)cudaGetLastError();  // a capture error is not sticky: the stream runs calls again
+      fail("cuda: recording a step graph failed{}", e != cudaSuccess ? fmt::format(" ({})", cudaGetErrorString(e)) : "");
+    }
+    cudaGraphExec_t x = nullptr;
+    const cudaError_t ie = cudaGraphInstantiate(&x, g, 0);
+    (void)cudaGraphDestroy(g);
+    if (ie != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail("cuda: instantiating a step graph failed ({})", cudaGetErrorString(ie));
+    }
+    auto graph = std::make_unique<Graph>();
+    graph->exec = x;
+    graph->layout = step_layout();
+    graph->keep = std::move(keep);
+    graph->keep.push_back(blas_ws_);
+    count_graph(true);
+    return graph;
+  }
+  bool replay(const StepGraph& g) override {
+    const Graph* c = dynamic_cast<const Graph*>(&g);
+    if (!c) fail("cuda: replay of a graph another platform recorded");
+    if (capturing()) fail("cuda: replay while a graph is being recorded");
+    if (!step_open() || c->layout != step_layout()) return false;
+    MLA_GPU_CHECK(cudaGraphLaunch(c->exec, stream()));
+    count_graph(false);
+    return true;
+  }
 
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override {
     const Tensor xc = linear_input(x, w, y);
@@ -130,7 +177,18 @@ class CudaOps final : public GpuOps {
     return s;
   }
 
+  static constexpr int64_t kBlasWorkspaceBytes = int64_t(32) << 20;  // what cuBLAS asks for on Hopper
+  struct Graph final : StepGraph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<size_t> layout;  // step_layout() when it was recorded
+    std::vector<Tensor> keep;    // the workspaces its kernels use
+    ~Graph() override {
+      if (exec) (void)cudaGraphExecDestroy(exec);
+    }
+  };
+
   cublasHandle_t blas_ = nullptr;
+  Tensor blas_ws_;
   struct {
     uint64_t step = 0;
     const AttnSegments* seg = nullptr;

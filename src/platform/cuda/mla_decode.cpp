@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "mla/batch.h"
 #include "platform/cuda/mla_decode_launch.h"
 
 namespace mla::cuda {
@@ -95,7 +96,10 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
   s.tile_rows = !s.narrow ? kRows : max_rows <= 8 ? 8 : max_rows <= 16 ? 16 : 32;
   s.row_tiles = int((max_rows + s.tile_rows - 1) / s.tile_rows);
   if (s.row_tiles <= 0) return s;
-  const int nk = (std::max(sg.max_k_len, 0) + kKeys - 1) / kKeys;
+  // Key tiles of the longest request as the step's kv_bucket() (mla/batch.h) rounds it: the split
+  // count, and so the grid, stays fixed while the lengths grow inside a bucket (step graphs).
+  const int64_t longest = kv_bucket(std::max<int64_t>(sg.max_k_len, 0));
+  const int nk = int(std::min<int64_t>((longest + kKeys - 1) / kKeys, INT32_MAX));
   const int64_t units = int64_t(sg.num_requests) * s.row_tiles;
   const int num_sms = device_sms();
   const size_t per_split = size_t(rows_total) * (kDv + 1) * sizeof(float);

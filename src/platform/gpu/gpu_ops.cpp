@@ -73,6 +73,7 @@ void GpuOps::wait_upload(int slot) {
 }
 
 void GpuOps::synchronize() {
+  refuse_in_capture("a synchronization");
   ++total_.host_syncs;
   MLA_GPU_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -80,6 +81,7 @@ void GpuOps::synchronize() {
 const double* GpuOps::doubles(const std::vector<double>& v) {
   for (const auto& [host, dev] : tables_)
     if (host == v) return static_cast<const double*>(dev.data());
+  refuse_in_capture("a new constant table");
   if (tables_.size() >= 16) return static_cast<const double*>(stage(v.data(), v.size() * 8, 9));
   Tensor dev = empty(DType::I32, {int64_t(2 * v.size())});  // [2·n] I32 holding n doubles
   if (!v.empty()) {
@@ -95,6 +97,7 @@ const double* GpuOps::doubles(const std::vector<double>& v) {
 // batch size every array but kv_slots keeps its device address from step to step.
 void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
                         std::initializer_list<const std::vector<int32_t>*> extra) {
+  refuse_in_capture("a new step");
   if (step_open_) fail("{}: a step is already open (end_step first)", platform_name(platform_));
   // Everything that can fail comes before any state changes.
   const int64_t num_slots = pool.num_slots();
@@ -189,6 +192,15 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
   step_start_ = start;  // the plan's copy (and any wait for a pinned buffer) belongs to the step
   ++step_id_;
   step_open_ = true;
+}
+
+std::vector<size_t> GpuOps::step_layout() const {
+  std::vector<size_t> l;
+  if (!step_open_) return l;
+  l.push_back(reinterpret_cast<size_t>(step_dev_.data()));
+  for (size_t i = 0; i + 1 < step_arrays_.size(); ++i) l.push_back(step_arrays_[i].size);  // all but kv_slots
+  for (const StepSegments& s : step_segs_) l.push_back(s.n);
+  return l;
 }
 
 void GpuOps::end_step() noexcept {

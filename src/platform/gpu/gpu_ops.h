@@ -65,12 +65,14 @@ class GpuOps : public Ops {
   }
   Tensor upload(const Tensor& host) override {
     expect(host.platform() == Platform::CPU, "upload", "source is not a host tensor");
+    refuse_in_capture("an upload");
     Tensor t = empty(host.dtype(), host.shape());
     MLA_GPU_CHECK(cudaMemcpyAsync(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
     ++total_.h2d_copies, ++total_.host_syncs;  // from pageable memory
     return t;
   }
   Tensor download(const Tensor& t) override {
+    refuse_in_capture("download");
     Tensor h = Tensor::host(t.dtype(), t.shape());
     MLA_GPU_CHECK(cudaMemcpyAsync(h.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
     ++total_.d2h_copies;
@@ -237,6 +239,7 @@ class GpuOps : public Ops {
 
   // Small host arrays go to reusable device buffers, one per role (slot), in stream order.
   void* stage(const void* data, size_t bytes, int slot) {
+    refuse_in_capture("a copy of host memory");
     Tensor& t = scratch_[slot];
     if (!t.defined() || t.nbytes() < bytes) t = empty(DType::I32, {int64_t(std::max<size_t>(bytes, 64) / 4 * 2)});
     if (bytes) {
@@ -261,7 +264,11 @@ class GpuOps : public Ops {
   const float* floats(const std::vector<float>& v) { return static_cast<const float*>(stage(v.data(), v.size() * 4, 8)); }
   Workspace workspace(size_t bytes) {
     Tensor& t = scratch_[20];
-    if (!t.defined() || t.nbytes() < bytes) t = empty(DType::F32, {int64_t((bytes + 3) / 4 + 16)});
+    if (!t.defined() || t.nbytes() < bytes) {
+      refuse_in_capture("a larger workspace");
+      t = empty(DType::F32, {int64_t((bytes + 3) / 4 + 16)});
+    }
+    if (capturing_) capture_keep_.push_back(t);  // the graph holds it even if it is replaced later
     return {t.data(), t.nbytes()};
   }
   // The checked sizes of moe_experts: T tokens, K slots each, E experts of width I.
@@ -330,6 +337,21 @@ class GpuOps : public Ops {
   bool is_step_segments(const AttnSegments& seg) const { return step_segments(seg) != nullptr; }
   void count_decode_schedule() { ++total_.decode_schedules; }
 
+  // Step graphs (a platform with a graph runtime builds on these): while capturing, calls that
+  // cannot be recorded throw; the layout of the open step's device plan (the sizes of its arrays and
+  // segment sets, and its address) tells whether a recorded graph fits a later step.
+  bool capturing() const { return capturing_; }
+  void set_capturing(bool on) {
+    capturing_ = on;
+    if (on) capture_keep_.clear();
+  }
+  std::vector<Tensor> take_capture_keep() { return std::move(capture_keep_); }
+  void refuse_in_capture(const char* what) const {
+    if (capturing_) fail("{}: {} cannot be recorded in a step graph", platform_name(platform_), what);
+  }
+  std::vector<size_t> step_layout() const;  // empty when no step is open
+  void count_graph(bool capture) { ++(capture ? total_.graph_captures : total_.graph_replays); }
+
  private:
   struct StepArray {   // a vector of the plan, at `offset` ints into the device plan
     const void* vec;
@@ -359,6 +381,8 @@ class GpuOps : public Ops {
   std::map<int, Tensor> scratch_;
   std::vector<std::pair<std::vector<double>, Tensor>> tables_;  // doubles(): content → device copy
 
+  bool capturing_ = false;
+  std::vector<Tensor> capture_keep_;  // persistent buffers a graph being recorded uses
   bool step_open_ = false;
   uint64_t step_id_ = 0;
   const BatchPlan* step_plan_ = nullptr;
