@@ -141,9 +141,9 @@ struct GraphCase {
 class StepGraphs : public ::testing::TestWithParam<GraphCase> {};
 
 // Decode steps of the whole model with graphs give the bits of the same steps op by op, step after
-// step: requests of many lengths growing across kv buckets (a new split count: a new graph), a
-// request leaving (a new batch size), logit rows, and the device plan growing (recorded graphs no
-// longer fit and are recorded again). Replayed steps copy the plan once, never wait, and run no
+// step: requests of many lengths, the longest crossing a key tile inside its kv bucket (the split
+// count must stay the graph's), then leaving (a new batch size and bucket: new graphs), logit rows,
+// and the device plan growing (recorded graphs no longer fit and are recorded again). Replayed steps copy the plan once, never wait, and run no
 // host code for the layers (no split schedule).
 TEST_P(StepGraphs, DecodeGraphsGiveTheBitsOfTheOpByOpSteps) {
   const GraphCase& gc = GetParam();
@@ -161,14 +161,14 @@ TEST_P(StepGraphs, DecodeGraphsGiveTheBitsOfTheOpByOpSteps) {
     ops->fill_random(graph_pool.buffer(l), 40 + uint64_t(l), 1.0);
     if (gc.kv == DType::F8_E4M3FN) eager_pool.set_scale(l, 0.05), graph_pool.set_scale(l, 0.05);
   }
-  std::vector<int64_t> len = {60, 17, 127, 250, 5, 129};  // the longest crosses 256 after 6 steps
+  std::vector<int64_t> len = {60, 17, 127, 310, 5, 129};  // the longest crosses 5 · 64 keys after 10 steps
   std::vector<int32_t> ids = {3, 90, 0, 41, 41, 7};
   ForwardOptions eager_opt, graph_opt;
   eager_opt.method = graph_opt.method = ForwardMethod::MLA;
   eager_opt.graphs = false;
   int replays = 0, captures = 0, steps = 0;
   for (int step = 0; step < 24; ++step) {
-    if (step == 14) len.erase(len.begin() + 1), ids.erase(ids.begin() + 1);  // a request leaves
+    if (step == 14) len.erase(len.begin() + 3), ids.erase(ids.begin() + 3);  // the longest leaves: bucket 256
     Batch b{ForwardMode::DECODE, {}};
     for (size_t r = 0; r < len.size(); ++r) {
       const RequestId id = RequestId(r);
@@ -204,8 +204,8 @@ TEST_P(StepGraphs, DecodeGraphsGiveTheBitsOfTheOpByOpSteps) {
       ++len[r];
     }
   }
-  // Each shape's first step runs op by op; shapes: 6 requests × (2 rows) × buckets 256 and 512,
-  // then 5 requests.
+  // Each shape's first step runs op by op; shapes: 6 requests in bucket 512, then 5 in bucket 256,
+  // each with and without logit rows.
   EXPECT_GE(captures, 4);
   EXPECT_GE(replays, steps - 2 * captures - 2);
   EXPECT_LE(model.graphs_kept(), Model::kMaxGraphs);
@@ -216,6 +216,41 @@ INSTANTIATE_TEST_SUITE_P(Cuda, StepGraphs,
                                            GraphCase{"bf16_kvfp8", DType::BF16, DType::F8_E4M3FN},
                                            GraphCase{"f32_kvf32", DType::F32, DType::F32}),
                          [](const auto& info) { return info.param.name; });
+
+// The timeline of a decode step names the model's sections in order, one attention and one MLP or
+// MoE section a layer, with nonnegative times; on CUDA a replayed graph brings back its own marks,
+// and a graph recorded without the timeline is recorded again with it.
+TEST(StepTimeline, SectionsOfADecodeStepInOrder) {
+  for (Platform p : {Platform::CPU, Platform::CUDA}) {
+    if (!platform_available(p)) continue;
+    const ModelConfig cfg = small_config();
+    std::unique_ptr<Ops> ops = make_ops(p, DType::BF16);
+    LoadedModel lm = random_model(cfg, *ops, 3);
+    KVPool pool({cfg.num_hidden_layers, cfg.attn.kv_row_dim(), DType::BF16, 16, 8},
+                [&](DType d, Shape s) { return ops->empty(d, std::move(s)); });
+    pool.reserve(0, 30);
+    const BatchPlan plan = plan_batch(Batch::from_lengths(ForwardMode::DECODE, {{29, 1}}), pool);
+    ForwardOptions opt;
+    opt.method = ForwardMethod::MLA;
+    const std::vector<std::string> want = {"embed", "attention", "mlp", "attention", "moe", "attention", "moe", "head"};
+    for (int step = 0; step < 5; ++step) {
+      if (step == 2) ops->set_timeline(true);  // graphs of steps 1–2 were recorded without marks
+      lm.model->forward({7}, plan, pool, opt);
+      const auto t = ops->timeline();
+      if (step < 2) {
+        EXPECT_TRUE(t.empty()) << platform_name(p);
+        continue;
+      }
+      std::vector<std::string> labels;
+      for (const auto& [label, ms] : t) {
+        labels.push_back(label);
+        EXPECT_GE(ms, 0.0) << label;
+      }
+      EXPECT_EQ(labels, want) << platform_name(p) << " step " << step;
+    }
+    if (p == Platform::CUDA) EXPECT_GT(ops->counters().graph_replays, 1);
+  }
+}
 
 // What cannot be recorded is an Error that leaves the platform running calls; a graph replays only
 // into a step of its layout; platforms without graphs say so.
@@ -228,9 +263,10 @@ TEST(StepGraphCapture, FailuresLeaveTheOpsWorking) {
     }
   if (!platform_available(Platform::CUDA)) GTEST_SKIP() << "no CUDA device here";
   std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, DType::F32);
-  KVPool pool({1, 8, DType::F32, 4, 8}, [&](DType d, Shape s) { return ops->empty(d, std::move(s)); });
+  KVPool pool({1, 8, DType::F32, 4, 400}, [&](DType d, Shape s) { return ops->empty(d, std::move(s)); });
   pool.reserve(0, 6);
   pool.reserve(1, 3);
+  pool.reserve(2, 1501);
   const BatchPlan one = plan_batch(Batch::from_lengths(ForwardMode::DECODE, {{5, 1}}), pool);
   const BatchPlan two = plan_batch(Batch::from_lengths(ForwardMode::DECODE, {{5, 1}, {2, 1}}), pool);
   expect_error([&] { ops->begin_capture(); }, "begin_capture outside a step");
@@ -261,6 +297,12 @@ TEST(StepGraphCapture, FailuresLeaveTheOpsWorking) {
   {
     StepScope s(*ops, one, pool);
     EXPECT_TRUE(ops->replay(*g));
+  }
+  // One request as before, but 1501 cache slots: the device plan outgrows its buffer and moves.
+  const BatchPlan longer = plan_batch(Batch{ForwardMode::DECODE, {{RequestId(2), 1500, 1}}}, pool);
+  {
+    StepScope s(*ops, longer, pool);
+    EXPECT_FALSE(ops->replay(*g)) << "the device plan moved: the graph reads the old one";
   }
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -170,7 +171,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
         sample_vocab.push_back(v);
       }
     int64_t pool = o->prefill + 64;
-    for (int64_t b : batches) pool = std::max(pool, b * (o->context + o->steps + 2 + o->page_size));
+    for (int64_t b : batches) pool = std::max(pool, b * (o->context + o->steps + 4 + o->page_size));
     Session s = open_session(*o, pool);
     Ops& ops = *s.ops;
     const ModelConfig& c = s.lm.config;
@@ -221,11 +222,9 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       flush();
       std::vector<double> times;
       StepCounters counted;  // over the timed steps
-      for (int64_t step = 0; step < o->steps + 2; ++step) {  // two untimed warm-up steps
+      auto decode_step = [&](int64_t step) {
         std::vector<StepRequest> d;
         for (int64_t r = 0; r < B; ++r) d.push_back({RequestId(r + 1), {last[size_t(r)]}});
-        const StepCounters c0 = ops.counters();
-        const auto t0 = Clock::now();
         std::vector<SampleRow> rows;
         for (int64_t r = 0; r < B; ++r)
           rows.push_back(SampleRow{o->temperature, 1.0, 0.0, engine::stream_uniform(1, uint64_t(r), uint64_t(step)), 0});
@@ -240,6 +239,12 @@ void add_bench_model_command(CLI::App& app, int& rc) {
           for (int64_t r = 0; r < B; ++r)
             res.greedy.push_back(sample_index(res.logits.data() + r * c.vocab_size, c.vocab_size, rows[size_t(r)]));
         }
+        for (int64_t r = 0; r < B; ++r) last[size_t(r)] = res.greedy[size_t(r)];
+      };
+      for (int64_t step = 0; step < o->steps + 2; ++step) {  // two untimed warm-up steps
+        const StepCounters c0 = ops.counters();
+        const auto t0 = Clock::now();
+        decode_step(step);
         const double t = seconds_since(t0);
         if (step >= 2) {
           times.push_back(t);
@@ -248,8 +253,18 @@ void add_bench_model_command(CLI::App& app, int& rc) {
           counted.host_syncs += dc.host_syncs;
           counted.graph_replays += dc.graph_replays, counted.graph_captures += dc.graph_captures;
         }
-        for (int64_t r = 0; r < B; ++r) last[size_t(r)] = res.greedy[size_t(r)];
       }
+      // Where the step's device time goes: the model's timeline sections (Ops::mark) of one more
+      // step (after one that records its graph with the marks), summed over the layers.
+      std::map<std::string, double> sections;
+      double device_ms = 0;
+      ops.set_timeline(true);
+      for (int64_t k = 0; k < 2; ++k) {
+        decode_step(o->steps + 2 + k);
+        if (k == 0) ops.timeline();
+      }
+      for (const auto& [label, ms] : ops.timeline()) sections[label] += ms, device_ms += ms;
+      ops.set_timeline(false);
       for (int64_t r = 0; r < B; ++r) e.release(RequestId(r + 1));
       const double step_s = median(times), ctx = double(o->context + o->steps / 2);
       const double E = double(c.n_routed_experts), K = double(c.num_experts_per_tok);
@@ -267,7 +282,9 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                          {"d2h_copies", double(counted.d2h_copies) / double(o->steps)},
                          {"host_syncs", double(counted.host_syncs) / double(o->steps)},
                          {"graph_replays", double(counted.graph_replays) / double(o->steps)},
-                         {"graph_captures", counted.graph_captures}};
+                         {"graph_captures", counted.graph_captures},
+                         // the device's time in the model's sections (one step, timeline events)
+                         {"device_ms", device_ms}, {"sections_ms", sections}};
       out["rows"].push_back(row);
       std::fprintf(stderr,
                    "  decode b%-4ld ctx %ld: %8.3f ms/step %9.1f tok/s   roofline %7.3f ms (%.2f GB, %.1f GFLOP)  %.2fx"
@@ -276,6 +293,9 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                    step_s / roof, double(counted.h2d_copies) / double(o->steps),
                    double(counted.d2h_copies) / double(o->steps), double(counted.host_syncs) / double(o->steps),
                    double(counted.graph_replays) / double(o->steps));
+      std::string sec;
+      for (const auto& [label, ms] : sections) sec += fmt::format(" {} {:.3f}", label, ms);
+      std::fprintf(stderr, "    device %.3f ms of the step's %.3f:%s\n", device_ms, step_s * 1e3, sec.c_str());
     }
     if (o->prefill > 0) {
       std::vector<double> times;

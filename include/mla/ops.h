@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mla/batch.h"
@@ -107,6 +108,21 @@ class Ops {
   // graph no longer fits the step (another layout of the device plan, or the plan moved).
   virtual bool replay(const StepGraph& g);
 
+  // ---- timeline (benchmarks) ------------------------------------------------------------------
+  // With the timeline on, mark(label) notes when the platform reaches this point of its work (a
+  // GPU: an event in its stream, recorded into step graphs too; the CPU: the host clock), opening a
+  // section `label` that lasts to the next mark. timeline() waits for the platform and returns the
+  // sections of the last step (or of the marks since the last call, outside steps) in order, in
+  // milliseconds; the last mark only closes the one before it. `label` must outlive the step.
+  // Graphs recorded with the timeline off do not replay with it on, and the other way round.
+  void set_timeline(bool on) {
+    timeline_on_ = on;
+    marks_.clear();
+  }
+  bool timeline_on() const { return timeline_on_; }
+  virtual void mark(const char* label);
+  virtual std::vector<std::pair<std::string, double>> timeline();
+
   // ---- weights --------------------------------------------------------------------------------
   // A platform may keep the absorbed weights in its own packed form (ROCm: fp8, MXFP4, or a
   // K-contiguous layout); the result travels with the layer's weights to the platform's own
@@ -204,6 +220,10 @@ class Ops {
   virtual void mla_attention(const Tensor& q, const KVPool& pool, int64_t layer,
                              const std::vector<int32_t>& kv_slots, const AttnSegments& seg,
                              int64_t kv_lora_rank, double scale, Tensor& o, Tensor& lse) = 0;
+
+ protected:
+  bool timeline_on_ = false;
+  std::vector<std::pair<const char*, double>> marks_;  // the host clock's marks (seconds)
 };
 
 // Opens a step on construction and closes it on destruction, also when an Error unwinds.

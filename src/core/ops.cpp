@@ -2,6 +2,7 @@
 // the residual add with the next RMSNorm as three steps.
 #include "mla/ops.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -29,6 +30,20 @@ std::unique_ptr<Ops::StepGraph> Ops::end_capture(bool) {
 }
 
 bool Ops::replay(const StepGraph&) { fail("{}: this platform cannot replay step graphs", name()); }
+
+void Ops::mark(const char* label) {
+  if (!timeline_on_) return;
+  synchronize();
+  marks_.emplace_back(label, std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+std::vector<std::pair<std::string, double>> Ops::timeline() {
+  std::vector<std::pair<std::string, double>> t;
+  for (size_t i = 0; i + 1 < marks_.size(); ++i)
+    t.emplace_back(marks_[i].first, (marks_[i + 1].second - marks_[i].second) * 1e3);
+  marks_.clear();
+  return t;
+}
 
 void Ops::add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, double eps) {
   add(h, y);

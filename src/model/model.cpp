@@ -222,6 +222,7 @@ void Model::run(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, K
                 const DispatchSettings& settings, const std::vector<int32_t>* logit_rows, Tensor& logits_out) {
   const int64_t T = plan.num_tokens, Hd = cfg_.hidden_size();
   const DType act = ops_.act_dtype();
+  ops_.mark("embed");  // the timeline's sections (Ops::mark): nothing unless a benchmark asks
   Tensor h = ops_.empty(act, {T, Hd});  // [T, hidden] the residual stream
   ops_.gather_rows(embed_, embed_rows, h);
   if (tp_) tp_->all_reduce(h);
@@ -235,11 +236,14 @@ void Model::run(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, K
   };
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
+    ops_.mark("attention");  // with the norm (and all-reduce) before it
     add_norm(l.input_layernorm);
     pending = l.attn->forward(x, plan, pool, int64_t(i), method, settings).out;
+    ops_.mark(l.mlp ? "mlp" : "moe");
     add_norm(l.post_attention_layernorm);
     pending = l.mlp ? mlp(*l.mlp, x) : moe(l, x);
   }
+  ops_.mark("head");
   if (pending.defined()) {
     if (tp_) tp_->all_reduce(pending);
     ops_.add(h, pending);
@@ -251,6 +255,7 @@ void Model::run(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, K
   }
   ops_.rmsnorm(h, Hd, norm_, cfg_.attn.rms_norm_eps);
   logits(h, logits_out);
+  ops_.mark("end");
 }
 
 Tensor Model::run_graph(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, KVPool& pool,

@@ -59,7 +59,10 @@ class CudaOps final : public GpuOps {
     const cudaError_t e = cudaStreamEndCapture(stream(), &g);
     set_capturing(false);
     std::vector<Tensor> keep = take_capture_keep();
+    Marks marks = take_capture_marks();
     if (failed || e != cudaSuccess || !g) {
+      for (auto& [label, ev] : marks) (void)cudaEventDestroy(ev);
+      set_step_marks({});
       if (g) (void)cudaGraphDestroy(g);
       (void)cudaGetLastError();  // a capture error is not sticky: the stream runs calls again
       fail("cuda: recording a step graph failed{}", e != cudaSuccess ? fmt::format(" ({})", cudaGetErrorString(e)) : "");
@@ -68,6 +71,8 @@ class CudaOps final : public GpuOps {
     const cudaError_t ie = cudaGraphInstantiate(&x, g, 0);
     (void)cudaGraphDestroy(g);
     if (ie != cudaSuccess) {
+      for (auto& [label, ev] : marks) (void)cudaEventDestroy(ev);
+      set_step_marks({});
       (void)cudaGetLastError();
       fail("cuda: instantiating a step graph failed ({})", cudaGetErrorString(ie));
     }
@@ -76,6 +81,8 @@ class CudaOps final : public GpuOps {
     graph->layout = step_layout();
     graph->keep = std::move(keep);
     graph->keep.push_back(blas_ws_);
+    graph->marks = std::move(marks);
+    graph->timeline = timeline_on();
     count_graph(true);
     return graph;
   }
@@ -83,8 +90,9 @@ class CudaOps final : public GpuOps {
     const Graph* c = dynamic_cast<const Graph*>(&g);
     if (!c) fail("cuda: replay of a graph another platform recorded");
     if (capturing()) fail("cuda: replay while a graph is being recorded");
-    if (!step_open() || c->layout != step_layout()) return false;
+    if (!step_open() || c->layout != step_layout() || c->timeline != timeline_on()) return false;
     MLA_GPU_CHECK(cudaGraphLaunch(c->exec, stream()));
+    if (c->timeline) set_step_marks(c->marks);
     count_graph(false);
     return true;
   }
@@ -182,8 +190,11 @@ class CudaOps final : public GpuOps {
     cudaGraphExec_t exec = nullptr;
     std::vector<size_t> layout;  // step_layout() when it was recorded
     std::vector<Tensor> keep;    // the workspaces its kernels use
+    Marks marks;                 // its timeline events (owned)
+    bool timeline = false;       // recorded with the timeline on
     ~Graph() override {
       if (exec) (void)cudaGraphExecDestroy(exec);
+      for (auto& [label, ev] : marks) (void)cudaEventDestroy(ev);
     }
   };
 

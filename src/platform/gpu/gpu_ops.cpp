@@ -50,6 +50,7 @@ GpuOps::~GpuOps() {
   }
   for (cudaEvent_t e : upload_events_)
     if (e) (void)cudaEventDestroy(e);
+  for (cudaEvent_t e : mark_events_) (void)cudaEventDestroy(e);
 }
 
 std::shared_ptr<void> GpuOps::alloc_staging(size_t bytes) {
@@ -116,6 +117,7 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
   }
 
   const StepCounters start = total_;
+  if (timeline_on()) ev_marks_.clear(), next_mark_event_ = 0;  // the marks are this step's
   std::vector<StepArray> arrays;
   size_t total = 0;
   auto add = [&](const std::vector<int32_t>& v) {
@@ -192,6 +194,42 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
   step_start_ = start;  // the plan's copy (and any wait for a pinned buffer) belongs to the step
   ++step_id_;
   step_open_ = true;
+}
+
+void GpuOps::mark(const char* label) {
+  if (!timeline_on()) return;
+  cudaEvent_t e = nullptr;
+  if (capturing_) {
+    MLA_GPU_CHECK(cudaEventCreate(&e));
+    capture_marks_.emplace_back(label, e);
+#if defined(MLA_HIP)
+    MLA_GPU_CHECK(cudaEventRecord(e, stream_));
+#else
+    MLA_GPU_CHECK(cudaEventRecordWithFlags(e, stream_, cudaEventRecordExternal));  // a node of the graph
+#endif
+  } else {
+    if (next_mark_event_ == mark_events_.size()) {
+      MLA_GPU_CHECK(cudaEventCreate(&e));
+      mark_events_.push_back(e);
+    }
+    e = mark_events_[next_mark_event_++];
+    MLA_GPU_CHECK(cudaEventRecord(e, stream_));
+  }
+  ev_marks_.emplace_back(label, e);
+}
+
+std::vector<std::pair<std::string, double>> GpuOps::timeline() {
+  refuse_in_capture("reading the timeline");
+  MLA_GPU_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<std::pair<std::string, double>> t;
+  for (size_t i = 0; i + 1 < ev_marks_.size(); ++i) {
+    float ms = 0;
+    MLA_GPU_CHECK(cudaEventElapsedTime(&ms, ev_marks_[i].second, ev_marks_[i + 1].second));
+    t.emplace_back(ev_marks_[i].first, double(ms));
+  }
+  ev_marks_.clear();
+  next_mark_event_ = 0;
+  return t;
 }
 
 std::vector<size_t> GpuOps::step_layout() const {

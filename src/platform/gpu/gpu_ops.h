@@ -47,6 +47,9 @@ class GpuOps : public Ops {
   StepCounters step_counters() const override { return step_open_ ? total_ - step_start_ : last_step_; }
   StepCounters counters() const override { return total_; }
   int num_sms() const { return num_sms_; }
+  // The timeline by events in the stream (a recorded graph holds its own).
+  void mark(const char* label) override;
+  std::vector<std::pair<std::string, double>> timeline() override;
 
   Tensor empty(DType dtype, Shape shape) override {
     int64_t n = 1;
@@ -346,6 +349,11 @@ class GpuOps : public Ops {
     if (on) capture_keep_.clear();
   }
   std::vector<Tensor> take_capture_keep() { return std::move(capture_keep_); }
+  // The marks of a graph being recorded (its own events, which the graph then owns), and the marks
+  // a replay brings back as the step's.
+  using Marks = std::vector<std::pair<const char*, cudaEvent_t>>;
+  Marks take_capture_marks() { return std::move(capture_marks_); }
+  void set_step_marks(const Marks& m) { ev_marks_ = m; }
   void refuse_in_capture(const char* what) const {
     if (capturing_) fail("{}: {} cannot be recorded in a step graph", platform_name(platform_), what);
   }
@@ -383,6 +391,10 @@ class GpuOps : public Ops {
 
   bool capturing_ = false;
   std::vector<Tensor> capture_keep_;  // persistent buffers a graph being recorded uses
+  Marks capture_marks_;               // events recorded into the graph being recorded
+  Marks ev_marks_;                    // the last step's marks (timeline)
+  std::vector<cudaEvent_t> mark_events_;  // reused by op-by-op steps
+  size_t next_mark_event_ = 0;
   bool step_open_ = false;
   uint64_t step_id_ = 0;
   const BatchPlan* step_plan_ = nullptr;

@@ -33,6 +33,8 @@
 #define cudaEventQuery hipEventQuery
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaEventDestroy hipEventDestroy
+#define cudaEventCreate hipEventCreate
+#define cudaEventElapsedTime hipEventElapsedTime
 #define cudaErrorNotReady hipErrorNotReady
 #define cudaMallocHost hipHostMalloc
 #define cudaFreeHost hipHostFree
