@@ -1,5 +1,5 @@
 // mla bench-model — the whole model's speed against its rooflines, measured in one run: decode
-// steps at several batch sizes over a context, and one long prefill, beside the platform's own
+// steps at several batch sizes over a context, and prefills (one request or several), beside the platform's own
 // copy bandwidth and GEMM throughput measured through the same Ops first. JSON on stdout. With
 // --temperature, decode steps draw sampled tokens (on the platform, or on the host with
 // --host-sampling), and Ops::sample_rows is timed alone against the logits download it replaces.
@@ -131,7 +131,8 @@ nlohmann::json time_sample_rows(Ops& ops, int64_t R, int64_t V, double t, int re
 void add_bench_model_command(CLI::App& app, int& rc) {
   struct Opts : RunOpts {
     std::string batches = "1,16,64,128";
-    int64_t context = 1024, steps = 16, prefill = 4096;
+    int64_t context = 1024, steps = 16;
+    std::string prefill = "4096";
     int reps = 5;
     double temperature = 0;
     bool host_sampling = false;
@@ -143,7 +144,9 @@ void add_bench_model_command(CLI::App& app, int& rc) {
   sub->add_option("--batch", o->batches, "decode batch sizes, comma-separated")->capture_default_str();
   sub->add_option("--context", o->context, "tokens in each request's cache before decoding")->capture_default_str();
   sub->add_option("--steps", o->steps, "timed decode steps per batch size")->capture_default_str();
-  sub->add_option("--prefill", o->prefill, "tokens of the timed one-request prefill (0: none)")->capture_default_str();
+  sub->add_option("--prefill", o->prefill,
+                  "timed prefills, comma-separated: N (one request of N tokens) or RxN (R requests of N "
+                  "tokens in one batch); 0: none")->capture_default_str();
   sub->add_option("--reps", o->reps, "repetitions of each ceiling measurement")->capture_default_str();
   sub->add_option("--temperature", o->temperature,
                   "decode steps draw sampled tokens at this temperature (0: greedy ids on the platform); "
@@ -159,8 +162,21 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       if (b <= 0) throw UsageError("--batch sizes must be positive");
       batches.push_back(b);
     }
-    if (o->context <= 0 || o->steps <= 0 || o->prefill < 0 || o->reps <= 0)
-      throw UsageError("--context, --steps and --reps must be positive, --prefill >= 0");
+    if (o->context <= 0 || o->steps <= 0 || o->reps <= 0)
+      throw UsageError("--context, --steps and --reps must be positive");
+    std::vector<std::pair<int64_t, int64_t>> prefills;  // (requests, tokens each)
+    if (o->prefill != "0")
+      for (size_t b = 0; b <= o->prefill.size();) {
+        size_t end = o->prefill.find(',', b);
+        if (end == std::string::npos) end = o->prefill.size();
+        const std::string item = o->prefill.substr(b, end - b);
+        b = end + 1;
+        const size_t x = item.find('x');
+        const std::vector<int64_t> v = parse_int_list(x == std::string::npos ? item : item.substr(0, x) + "," + item.substr(x + 1), "--prefill");
+        const int64_t r = v.size() == 2 ? v[0] : 1, n = v.back();
+        if (v.size() > 2 || r <= 0 || n <= 0) throw UsageError("--prefill items are N or RxN with R, N > 0, got '" + item + "'");
+        prefills.emplace_back(r, n);
+      }
     if (!(o->temperature >= 0 && o->temperature <= 100)) throw UsageError("--temperature must be in [0, 100]");
     if (o->temperature == 0 && (o->host_sampling || !o->sample_vocab.empty()))
       throw UsageError("--host-sampling and --sample-vocab need --temperature");
@@ -170,7 +186,8 @@ void add_bench_model_command(CLI::App& app, int& rc) {
         if (v <= 0) throw UsageError("--sample-vocab sizes must be positive");
         sample_vocab.push_back(v);
       }
-    int64_t pool = o->prefill + 64;
+    int64_t pool = 64;
+    for (const auto& [r, n] : prefills) pool = std::max(pool, r * (n + o->page_size) + 64);
     for (int64_t b : batches) pool = std::max(pool, b * (o->context + o->steps + 4 + o->page_size));
     Session s = open_session(*o, pool);
     Ops& ops = *s.ops;
@@ -297,23 +314,27 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       for (const auto& [label, ms] : sections) sec += fmt::format(" {} {:.3f}", label, ms);
       std::fprintf(stderr, "    device %.3f ms of the step's %.3f:%s\n", device_ms, step_s * 1e3, sec.c_str());
     }
-    if (o->prefill > 0) {
+    for (const auto& [R, N] : prefills) {
       std::vector<double> times;
       for (int rep = 0; rep < 3; ++rep) {  // the first is a warm-up
+        std::vector<StepRequest> reqs;
+        for (int64_t r = 0; r < R; ++r) reqs.push_back({RequestId(r + 1), random_ids(N)});
         const auto t0 = Clock::now();
-        e.step(ForwardMode::EXTEND, {{RequestId(1), random_ids(o->prefill)}}, true, true);
+        e.step(ForwardMode::EXTEND, reqs, true, true);
         const double t = seconds_since(t0);
         if (rep > 0) times.push_back(t);
-        e.release(RequestId(1));
+        for (int64_t r = 0; r < R; ++r) e.release(RequestId(r + 1));
       }
-      const double t = median(times), n = double(o->prefill);
-      const double flops = 2.0 * k.params_per_token * n + n * n / 2 * double(c.num_hidden_layers) *
-                           double(c.attn.num_attention_heads / s.lm.model->tp_size()) * 2.0 * double(c.attn.qk_head_dim() + c.attn.v_head_dim);
+      const double t = median(times), n = double(N), tokens = double(R * N);
+      const double flops = double(R) * (2.0 * k.params_per_token * n + n * n / 2 * double(c.num_hidden_layers) *
+                                                 double(c.attn.num_attention_heads / s.lm.model->tp_size()) * 2.0 *
+                                                 double(c.attn.qk_head_dim() + c.attn.v_head_dim));
       const double roof = std::max(flops / ceil.gemm_flop_s, k.weight_bytes / ceil.copy_bytes_s);
-      out["rows"].push_back({{"kind", "prefill"}, {"tokens", o->prefill}, {"ms", t * 1e3}, {"tokens_per_s", n / t},
-                             {"GFLOP", flops / 1e9}, {"roofline_ms", roof * 1e3}, {"x_roofline", t / roof}});
-      std::fprintf(stderr, "  prefill %ld tokens: %8.2f ms (%.0f tok/s)   roofline %.2f ms (%.0f GFLOP)  %.2fx\n",
-                   long(o->prefill), t * 1e3, n / t, roof * 1e3, flops / 1e9, t / roof);
+      out["rows"].push_back({{"kind", "prefill"}, {"requests", R}, {"tokens", N}, {"ms", t * 1e3},
+                             {"tokens_per_s", tokens / t}, {"GFLOP", flops / 1e9}, {"roofline_ms", roof * 1e3},
+                             {"x_roofline", t / roof}});
+      std::fprintf(stderr, "  prefill %ld x %ld tokens: %8.2f ms (%.0f tok/s)   roofline %.2f ms (%.0f GFLOP)  %.2fx\n",
+                   long(R), long(N), t * 1e3, tokens / t, roof * 1e3, flops / 1e9, t / roof);
     }
     std::printf("%s\n", out.dump(2).c_str());
     rc = 0;
