@@ -183,8 +183,18 @@ BatchPlan plan_batch_on_pages(const Batch& b, int64_t page_size, const std::vect
   p.positions.reserve(size_t(p.num_tokens));
   p.new_slots.reserve(size_t(p.num_tokens));
   p.kv_slots.reserve(size_t(b.sum_seq()));
+  // Tokens [begin, end) of a request's pages → their slots, appended to `out`, a page's run at a
+  // time (page_slot for every token divides per token: 1.7 ms at 128 requests of 4096 tokens).
   auto slots = [&](const std::vector<int32_t>& pg, int64_t begin, int64_t end, std::vector<int32_t>& out) {
-    for (int64_t t = begin; t < end; ++t) out.push_back(page_slot(pg, page_size, t));
+    const size_t at = out.size();
+    out.resize(at + size_t(end - begin));
+    int32_t* d = out.data() + at;
+    for (int64_t t = begin; t < end;) {
+      const int64_t page = t / page_size, off = t - page * page_size, n = std::min(end - t, page_size - off);
+      const int32_t first = page_slot(pg, page_size, t);
+      for (int64_t j = 0; j < n; ++j) *d++ = first + int32_t(j);
+      t += n;
+    }
   };
   int64_t q = 0;
   for (size_t i = 0; i < b.requests.size(); ++i) {
