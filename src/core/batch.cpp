@@ -2,6 +2,7 @@
 #include "mla/batch.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <unordered_map>
 
@@ -17,11 +18,7 @@ constexpr ForwardMode kModes[] = {ForwardMode::EXTEND, ForwardMode::DECODE,
 
 }  // namespace
 
-int64_t kv_bucket(int64_t longest) {
-  int64_t b = 1;
-  while (b < longest) b *= 2;
-  return b;
-}
+int64_t kv_bucket(int64_t longest) { return int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(longest, 1)))); }
 
 int64_t BatchPlan::kv_bucket() const {
   int64_t longest = 0;

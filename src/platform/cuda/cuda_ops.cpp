@@ -58,30 +58,22 @@ class CudaOps final : public GpuOps {
     cudaGraph_t g = nullptr;
     const cudaError_t e = cudaStreamEndCapture(stream(), &g);
     set_capturing(false);
-    std::vector<Tensor> keep = take_capture_keep();
-    Marks marks = take_capture_marks();
-    if (failed || e != cudaSuccess || !g) {
-      for (auto& [label, ev] : marks) (void)cudaEventDestroy(ev);
+    auto graph = std::make_unique<Graph>();  // owns the recorded marks' events from here, on any path
+    graph->keep = take_capture_keep();
+    graph->marks = take_capture_marks();
+    auto failure = [&](const std::string& what) {
       set_step_marks({});
-      if (g) (void)cudaGraphDestroy(g);
       (void)cudaGetLastError();  // a capture error is not sticky: the stream runs calls again
-      fail("cuda: recording a step graph failed{}", e != cudaSuccess ? fmt::format(" ({})", cudaGetErrorString(e)) : "");
+      fail("cuda: {}", what);
+    };
+    if (failed || e != cudaSuccess || !g) {
+      if (g) (void)cudaGraphDestroy(g);
+      failure(fmt::format("recording a step graph failed{}", e != cudaSuccess ? fmt::format(" ({})", cudaGetErrorString(e)) : ""));
     }
-    cudaGraphExec_t x = nullptr;
-    const cudaError_t ie = cudaGraphInstantiate(&x, g, 0);
+    const cudaError_t ie = cudaGraphInstantiate(&graph->exec, g, 0);
     (void)cudaGraphDestroy(g);
-    if (ie != cudaSuccess) {
-      for (auto& [label, ev] : marks) (void)cudaEventDestroy(ev);
-      set_step_marks({});
-      (void)cudaGetLastError();
-      fail("cuda: instantiating a step graph failed ({})", cudaGetErrorString(ie));
-    }
-    auto graph = std::make_unique<Graph>();
-    graph->exec = x;
+    if (ie != cudaSuccess) graph->exec = nullptr, failure(fmt::format("instantiating a step graph failed ({})", cudaGetErrorString(ie)));
     graph->layout = step_layout();
-    graph->keep = std::move(keep);
-    graph->keep.push_back(blas_ws_);
-    graph->marks = std::move(marks);
     graph->timeline = timeline_on();
     count_graph(true);
     return graph;
@@ -189,7 +181,7 @@ class CudaOps final : public GpuOps {
   struct Graph final : StepGraph {
     cudaGraphExec_t exec = nullptr;
     std::vector<size_t> layout;  // step_layout() when it was recorded
-    std::vector<Tensor> keep;    // the workspaces its kernels use
+    std::vector<Tensor> keep;    // the workspaces its kernels use (cuBLAS's is the Ops's own)
     Marks marks;                 // its timeline events (owned)
     bool timeline = false;       // recorded with the timeline on
     ~Graph() override {

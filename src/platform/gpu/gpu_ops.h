@@ -271,7 +271,8 @@ class GpuOps : public Ops {
       refuse_in_capture("a larger workspace");
       t = empty(DType::F32, {int64_t((bytes + 3) / 4 + 16)});
     }
-    if (capturing_) capture_keep_.push_back(t);  // the graph holds it even if it is replaced later
+    // The graph being recorded holds it, even if a larger one replaces it later.
+    if (capturing_ && (capture_keep_.empty() || capture_keep_.back().data() != t.data())) capture_keep_.push_back(t);
     return {t.data(), t.nbytes()};
   }
   // The checked sizes of moe_experts: T tokens, K slots each, E experts of width I.
