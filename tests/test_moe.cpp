@@ -218,8 +218,10 @@ TEST_P(MoeExperts, MatchTheNaiveLoop) {
   struct Shape3 {
     int64_t T, K, E, I, H;
   };
-  // Multiples of 64 (the CUDA bf16 tensor-core path, 16- and 64-row tiles) and odd sizes (the portable path).
-  for (Shape3 s : {Shape3{37, 3, 8, 192, 128}, Shape3{150, 2, 4, 128, 64}, Shape3{5, 2, 6, 40, 72}}) {
+  // Multiples of 64 (the CUDA bf16 tensor-core paths: 16-, 64- and, on sm_90a, 128-row tiles) and odd
+  // sizes (the portable path).
+  for (Shape3 s : {Shape3{37, 3, 8, 192, 128}, Shape3{150, 2, 4, 128, 64}, Shape3{600, 2, 4, 128, 256},
+                   Shape3{5, 2, 6, 40, 72}}) {
     SCOPED_TRACE(fmt::format("T {} K {} E {} I {} hidden {}", s.T, s.K, s.E, s.I, s.H));
     const Experts m = random_experts(s.E, s.I, s.H, f.act, 11);
     const Tensor x = random_x(s.T, s.H, f.act, 12);
@@ -257,11 +259,12 @@ TEST_P(MoeExperts, NoTokensAndBadInput) {
   EXPECT_THROW(ops->moe_experts(x, e_f, w, g, u, d, o), Error);        // expert ids must be i32
 }
 
-// A token's row alone, and inside T = 37 and T = 128 batches of other tokens: bit-identical.
+// A token's row alone, and inside T = 37, 128 and 512 batches of other tokens: bit-identical.
 TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
   const Flavour f = GetParam();
   MLA_OPS_OR_SKIP(ops, f);
-  const int64_t E = 4, K = 2, I = 128, H = 192;  // T = 128: 64-row tiles on CUDA bf16; T ≤ 37: 16
+  // On CUDA bf16: T ≤ 37 16-row tiles (mma.sync), T = 128 64-row tiles, T = 512 128-row tiles (wgmma on sm_90a).
+  const int64_t E = 4, K = 2, I = 128, H = 256;
   const Experts m = random_experts(E, I, H, f.act, 21);
   Tensor g = ops->upload(m.gate), u = ops->upload(m.up), d = ops->upload(m.down);
   const Tensor xb = random_x(128, H, f.act, 22);
@@ -284,10 +287,11 @@ TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
     ops->moe_experts(ops->upload(x), ops->upload(host_i32(e, {T, K})), ops->upload(host_f32(ww, {T, K})), g, u, d, out);
     return ops->download(out);
   };
-  std::vector<int64_t> all(128), first37(37);
+  std::vector<int64_t> all(128), first37(37), many(512);
   for (int64_t i = 0; i < 128; ++i) all[size_t(i)] = 127 - i;  // reversed: other rows, other tiles
   for (int64_t i = 0; i < 37; ++i) first37[size_t(i)] = (i * 5) % 128;
-  const Tensor big = run(all), mid = run(first37);
+  for (int64_t i = 0; i < 512; ++i) many[size_t(i)] = (i * 7 + 3) % 128;  // each token 4 times
+  const Tensor big = run(all), mid = run(first37), huge = run(many);
   for (int64_t tok : {int64_t(0), int64_t(5), int64_t(90), int64_t(127)}) {
     SCOPED_TRACE(fmt::format("token {}", tok));
     const Tensor alone = run({tok});
@@ -298,6 +302,10 @@ TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
       if (first37[size_t(i)] == tok)
         EXPECT_EQ(std::memcmp(a, static_cast<const char*>(mid.data()) + size_t(i * H) * es, size_t(H) * es), 0)
             << "inside the T = 37 batch";
+    for (int64_t i = 0; i < 512; ++i)
+      if (many[size_t(i)] == tok)
+        EXPECT_EQ(std::memcmp(a, static_cast<const char*>(huge.data()) + size_t(i * H) * es, size_t(H) * es), 0)
+            << "inside the T = 512 batch, row " << i;
   }
 }
 

@@ -220,6 +220,20 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       return v;
     };
     Engine& e = *s.engine;
+    // The model's timeline sections (Ops::mark) of the last run with the timeline on, summed over
+    // the layers; the timeline goes off again.
+    auto read_sections = [&ops] {
+      std::map<std::string, double> sections;
+      double device_ms = 0;
+      for (const auto& [label, ms] : ops.timeline()) sections[label] += ms, device_ms += ms;
+      ops.set_timeline(false);
+      return std::pair{device_ms, sections};
+    };
+    auto print_sections = [](double device_ms, const std::map<std::string, double>& sections, double wall_s) {
+      std::string sec;
+      for (const auto& [label, ms] : sections) sec += fmt::format(" {} {:.3f}", label, ms);
+      std::fprintf(stderr, "    device %.3f ms of the step's %.3f:%s\n", device_ms, wall_s * 1e3, sec.c_str());
+    };
     for (int64_t B : batches) {
       // Fill every request's cache with `context` tokens (untimed), in steps of up to 8192 tokens.
       std::vector<StepRequest> fill;
@@ -273,15 +287,12 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       }
       // Where the step's device time goes: the model's timeline sections (Ops::mark) of one more
       // step (after one that records its graph with the marks), summed over the layers.
-      std::map<std::string, double> sections;
-      double device_ms = 0;
       ops.set_timeline(true);
       for (int64_t k = 0; k < 2; ++k) {
         decode_step(o->steps + 2 + k);
         if (k == 0) ops.timeline();
       }
-      for (const auto& [label, ms] : ops.timeline()) sections[label] += ms, device_ms += ms;
-      ops.set_timeline(false);
+      const auto [device_ms, sections] = read_sections();
       for (int64_t r = 0; r < B; ++r) e.release(RequestId(r + 1));
       const double step_s = median(times), ctx = double(o->context + o->steps / 2);
       const double E = double(c.n_routed_experts), K = double(c.num_experts_per_tok);
@@ -310,21 +321,21 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                    step_s / roof, double(counted.h2d_copies) / double(o->steps),
                    double(counted.d2h_copies) / double(o->steps), double(counted.host_syncs) / double(o->steps),
                    double(counted.graph_replays) / double(o->steps));
-      std::string sec;
-      for (const auto& [label, ms] : sections) sec += fmt::format(" {} {:.3f}", label, ms);
-      std::fprintf(stderr, "    device %.3f ms of the step's %.3f:%s\n", device_ms, step_s * 1e3, sec.c_str());
+      print_sections(device_ms, sections, step_s);
     }
     for (const auto& [R, N] : prefills) {
       std::vector<double> times;
-      for (int rep = 0; rep < 3; ++rep) {  // the first is a warm-up
+      for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up; the last, untimed, reads the timeline
+        if (rep == 3) ops.set_timeline(true);
         std::vector<StepRequest> reqs;
         for (int64_t r = 0; r < R; ++r) reqs.push_back({RequestId(r + 1), random_ids(N)});
         const auto t0 = Clock::now();
         e.step(ForwardMode::EXTEND, reqs, true, true);
         const double t = seconds_since(t0);
-        if (rep > 0) times.push_back(t);
+        if (rep > 0 && rep < 3) times.push_back(t);
         for (int64_t r = 0; r < R; ++r) e.release(RequestId(r + 1));
       }
+      const auto [device_ms, sections] = read_sections();
       const double t = median(times), n = double(N), tokens = double(R * N);
       const double flops = double(R) * (2.0 * k.params_per_token * n + n * n / 2 * double(c.num_hidden_layers) *
                                                  double(c.attn.num_attention_heads / s.lm.model->tp_size()) * 2.0 *
@@ -332,9 +343,10 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       const double roof = std::max(flops / ceil.gemm_flop_s, k.weight_bytes / ceil.copy_bytes_s);
       out["rows"].push_back({{"kind", "prefill"}, {"requests", R}, {"tokens", N}, {"ms", t * 1e3},
                              {"tokens_per_s", tokens / t}, {"GFLOP", flops / 1e9}, {"roofline_ms", roof * 1e3},
-                             {"x_roofline", t / roof}});
+                             {"x_roofline", t / roof}, {"device_ms", device_ms}, {"sections_ms", sections}});
       std::fprintf(stderr, "  prefill %ld x %ld tokens: %8.2f ms (%.0f tok/s)   roofline %.2f ms (%.0f GFLOP)  %.2fx\n",
                    long(R), long(N), t * 1e3, tokens / t, roof * 1e3, flops / 1e9, t / roof);
+      print_sections(device_ms, sections, t);
     }
     std::printf("%s\n", out.dump(2).c_str());
     rc = 0;

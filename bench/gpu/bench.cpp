@@ -23,6 +23,8 @@
 #include "platform/gpu/gpu_ops.h"
 #include "platform/cuda/mha_prefill.h"
 #include "platform/cuda/mla_decode.h"
+#include "platform/cuda/moe_gemm.h"
+#include "platform/gpu/moe.h"
 
 namespace mla::cuda {
 namespace {
@@ -288,6 +290,33 @@ json bench_moe(const std::string& name, const MoeRouting& r, int64_t I, int64_t 
     const Set& m = sets[size_t(i) % sets.size()];
     ops->moe_experts(x, ex, w, m.gate, m.up, m.down, out);
   });
+  // The kernels of moe_experts, each timed alone: the plan, the two grouped GEMMs (FLOP rate on the
+  // real rows; `tile_fill` = real rows / rows of the tiles run) and the combine.
+  const int64_t n = T * K;
+  const int bm = moe_fast_rows(n, E, I, Hd);
+  const int64_t max_tiles = moe_max_tiles(n, E, bm);
+  Tensor words = ops->empty(DType::I32, {moe_plan_words(n, E, bm)});
+  const MoePlan plan = moe_plan_at(words.ptr<int32_t>(), n, E, bm);
+  Tensor h = ops->empty(DType::BF16, {n, I}), y = ops->empty(DType::BF16, {n, Hd});
+  const double plan_us = time_us(s, runs, [&](int) { moe_align(ex.ptr<int32_t>(), n, int(E), bm, plan, s); });
+  const double gate_up_us = time_us(s, runs, [&](int i) {
+    const Set& m = sets[size_t(i) % sets.size()];
+    moe_gate_up_fast(x.data(), int(K), plan, max_tiles, bm, m.gate.data(), m.up.data(), E, I, Hd, h.data(), s);
+  });
+  const double down_us = time_us(s, runs, [&](int i) {
+    moe_down_fast(h.data(), plan, max_tiles, bm, sets[size_t(i) % sets.size()].down.data(), E, I, Hd, y.data(), s);
+  });
+  const double combine_us = time_us(s, runs, [&](int) {
+    moe_combine(y.data(), Elem::BF16, plan.pos, w.ptr<float>(), T, K, Hd, out.data(), Elem::BF16, s);
+  });
+  int32_t tiles_run = 0;
+  MLA_CUDA_CHECK(cudaMemcpyAsync(&tiles_run, plan.num_tiles, sizeof tiles_run, cudaMemcpyDeviceToHost, s));
+  MLA_CUDA_CHECK(cudaStreamSynchronize(s));
+  const double gemm_flops = 2.0 * double(n) * double(I) * double(Hd);  // one projection
+  json parts = {{"tile_rows", bm}, {"tile_fill", double(n) / (double(tiles_run) * bm)}, {"plan_us", plan_us},
+                {"gate_up_us", gate_up_us}, {"down_us", down_us}, {"combine_us", combine_us},
+                {"gate_up_tflops", 2 * gemm_flops / gate_up_us * 1e-6}, {"down_tflops", gemm_flops / down_us * 1e-6}};
+
   const Tensor hx = ops->download(ex);
   std::vector<bool> touched(size_t(E), false);
   for (int64_t i = 0; i < T * K; ++i) touched[size_t(hx.ptr<int32_t>()[i])] = true;
@@ -297,7 +326,8 @@ json bench_moe(const std::string& name, const MoeRouting& r, int64_t I, int64_t 
   json j = row(fmt::format("moe {} T{}", name, T), us, flops, bytes, c);
   j.update({{"T", T}, {"E", E}, {"K", K}, {"I", I}, {"hidden", Hd}, {"experts_touched", n_touched},
             {"route_us", route_us}, {"experts_us", experts_us},
-            {"roofline_us", std::max(bytes / (c.copy_gbs * 1e9), flops / (c.gemm_tflops * 1e12)) * 1e6}});
+            {"roofline_us", std::max(bytes / (c.copy_gbs * 1e9), flops / (c.gemm_tflops * 1e12)) * 1e6},
+            {"parts", parts}});
   if (old_loop) {
     std::vector<Tensor> eg, eu, ed;  // per-expert tensors, as the model held them
     for (int64_t e = 0; e < E; ++e) {
@@ -366,7 +396,7 @@ json run_bench(const BenchOptions& o) {
     if (!o.rocm_only) {
       for (int64_t T : o.quick ? std::vector<int64_t>{1, 128} : std::vector<int64_t>{1, 16, 128, 4096})
         moe.push_back(bench_moe("v2-lite", v2, 1408, 2048, T, T <= 128, c, runs));
-      moe.push_back(bench_moe("v3", v3, 2048, 7168, 128, false, c, runs));
+      for (int64_t T : {128, 4096}) moe.push_back(bench_moe("v3", v3, 2048, 7168, T, false, c, runs));
     }
     out["moe"] = moe;
     if (o.moe_only) {

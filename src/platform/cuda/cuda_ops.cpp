@@ -134,13 +134,14 @@ class CudaOps final : public GpuOps {
       return GpuOps::moe_experts(x, expert, weight, gate, up, down, out);
     if (m.T == 0) return;
     const int64_t n = m.T * m.K;
-    const int bm = moe_fast_rows(n, m.E);
+    const int bm = moe_fast_rows(n, m.E, m.I, m.hidden);
     const int64_t tiles = moe_max_tiles(n, m.E, bm);
     Tensor keep;
     const MoePlan plan = moe_plan(expert, m, bm, keep);
     Tensor h = empty(DType::BF16, {n, m.I}), y = empty(DType::BF16, {n, m.hidden});  // per row of the plan
-    moe_gate_up_fast(x.data(), int(m.K), plan, tiles, bm, gate.data(), up.data(), m.I, m.hidden, h.data(), stream());
-    moe_down_fast(h.data(), plan, tiles, bm, down.data(), m.I, m.hidden, y.data(), stream());
+    moe_gate_up_fast(x.data(), int(m.K), plan, tiles, bm, gate.data(), up.data(), m.E, m.I, m.hidden, h.data(),
+                     stream());
+    moe_down_fast(h.data(), plan, tiles, bm, down.data(), m.E, m.I, m.hidden, y.data(), stream());
     moe_combine(y.data(), Elem::BF16, plan.pos, weight.ptr<float>(), m.T, m.K, m.hidden, out.data(), Elem::BF16,
                 stream());
   }

@@ -7,7 +7,6 @@
 #include "platform/cuda/mha_prefill.h"
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -16,6 +15,7 @@
 
 #include "platform/cuda/cuda_check.h"
 #include "platform/cuda/sm90.cuh"
+#include "platform/cuda/sm90_host.h"
 
 namespace mla::cuda {
 namespace {
@@ -527,34 +527,12 @@ void launch_mma(const MhaParams& p) {
   MLA_CUDA_LAUNCH_CHECK();
 }
 
-using EncodeFn = PFN_cuTensorMapEncodeTiled_v12000;
-EncodeFn tensor_map_encoder() {
-  static const EncodeFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult qr{};
-    MLA_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &qr));
-    if (qr != cudaDriverEntryPointSuccess || f == nullptr)
-      gpu::gpu_fail("CUDA", "driver entry point not found", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
-    return reinterpret_cast<EncodeFn>(f);
-  }();
-  return fn;
-}
-
 // [rows, H, D] bf16 → boxes of 128 rows × 1 head × 64 columns, 128-byte swizzle.
 CUtensorMap head_tensor_map(const void* ptr, int H, int D, int64_t rows) {
-  CUtensorMap m;
-  const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(H), cuuint64_t(rows)};
-  const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(H) * D * 2};
-  const cuuint32_t box[3] = {64, 1, 128};
-  const cuuint32_t estr[3] = {1, 1, 1};
-  const CUresult r =
-      tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims, strides,
-                           box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    gpu::gpu_fail("CUDA driver", "tensor map rejected", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
-  return m;
+  const uint64_t dims[3] = {uint64_t(D), uint64_t(H), uint64_t(rows)};
+  const uint64_t strides[2] = {uint64_t(D) * 2, uint64_t(H) * D * 2};
+  const uint32_t box[3] = {64, 1, 128};
+  return bf16_tensor_map(const_cast<void*>(ptr), 3, dims, strides, box);
 }
 
 template <bool kOverlap, bool kPingpong>
@@ -580,17 +558,7 @@ void launch_wgmma(const MhaParams& p) {
 
 // The sm_90a body exists in this build and the current device runs it.
 bool wgmma_available() {
-  static const bool ok = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-    cudaFuncAttributes a{};
-    if (cudaFuncGetAttributes(&a, hopper::mha_wgmma_kernel<false, false>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return major == 9 && a.binaryVersion == 90;
-  }();
+  static const bool ok = sm90a_runs(reinterpret_cast<const void*>(hopper::mha_wgmma_kernel<false, false>));
   return ok;
 }
 

@@ -1,19 +1,32 @@
 // moe_gemm.cu — grouped expert GEMMs on tensor cores (bf16 in, f32 accumulate): a block takes one
-// row tile of one expert (16 or 64 rows, platform/gpu/moe.h's plan) and 64 output columns, and
-// streams that expert's weights through a 4-stage cp.async pipeline (64-wide reduction steps,
-// 128B-swizzled shared memory, ldmatrix, mma.sync m16n8k16). The gate/up kernel reads both
-// projections and applies SiLU-and-multiply in its epilogue. Each output element sums its
-// reduction in one fixed order (no split-K), so a token's row never depends on the batch.
+// row tile of one expert (platform/gpu/moe.h's plan) and a slice of output columns. Two bodies:
+//   moe_gemm_k  — 16- or 64-row tiles, 64 columns: a 4-stage cp.async pipeline (64-wide reduction
+//                 steps, 128B-swizzled shared memory, ldmatrix, mma.sync m16n8k16); decode sizes.
+//   moe_wgmma_k — sm_90a, 128-row tiles (prefill): a producer warpgroup gathers the activation rows
+//                 with cp.async and brings the weights with TMA into 4 stages; two consumer
+//                 warpgroups (64 rows each) run wgmma on 128 gate + 128 up or 256 down columns.
+// The gate/up kernels read both projections and apply SiLU-and-multiply in their epilogue. Each
+// output element sums its reduction in one fixed order (k16 steps in index order, no split-K), so
+// a token's row never depends on the batch or on the body that ran it.
 #include <cuda_bf16.h>
 
 #include "platform/cuda/moe_gemm.h"
 #include "platform/cuda/sm90.cuh"
+#include "platform/cuda/sm90_host.h"
 #include "platform/gpu/gpu_check.h"
 
 namespace mla::cuda {
 namespace {
 
 using namespace sm90;
+using bf16 = __nv_bfloat16;
+
+// silu(g) · u of the two products as bf16 stores them (both bodies' gate/up epilogue).
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  g = __bfloat162float(__float2bfloat16_rn(g));
+  u = __bfloat162float(__float2bfloat16_rn(u));
+  return g / (1.f + expf(-g)) * u;
+}
 
 constexpr int kBN = 64, kBK = 64, kStages = 4, kThreads = 128;  // 4 warps × 16 columns
 
@@ -114,12 +127,9 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_k(const __nv_bfloat16* a, i
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         float v0 = acc[0][m][nt][2 * half], v1 = acc[0][m][nt][2 * half + 1];
-        if constexpr (kGated) {  // the products as bf16 stores them, then silu(gate) · up
-          const float g0 = __bfloat162float(__float2bfloat16_rn(v0)), g1 = __bfloat162float(__float2bfloat16_rn(v1));
-          const float u0 = __bfloat162float(__float2bfloat16_rn(acc[kB - 1][m][nt][2 * half]));
-          const float u1 = __bfloat162float(__float2bfloat16_rn(acc[kB - 1][m][nt][2 * half + 1]));
-          v0 = g0 / (1.f + expf(-g0)) * u0;
-          v1 = g1 / (1.f + expf(-g1)) * u1;
+        if constexpr (kGated) {
+          v0 = silu_mul(v0, acc[kB - 1][m][nt][2 * half]);
+          v1 = silu_mul(v1, acc[kB - 1][m][nt][2 * half + 1]);
         }
         const int col = n0 + warp * 16 + nt * 8 + 2 * (lane & 3);
         *reinterpret_cast<uint32_t*>(out + size_t(r0 + r) * N + col) = pack_bf16(v0, v1);
@@ -144,21 +154,183 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
   MLA_GPU_LAUNCH_CHECK();
 }
 
+// ==== Body 2: wgmma + TMA (sm_90a), 128-row tiles ============================================
+// 384 threads: warpgroup 0 produces (every thread gathers its activation chunks with cp.async and
+// arrives on the stage's barrier when they land; thread 0 also brings the weight boxes with TMA),
+// warpgroups 1 and 2 consume (rows [64·wg, +64) of the tile). A stage: A [128 rows][64] then each
+// weight matrix [BNW rows][64], 128-byte swizzled, K-major (the layout TMA writes and wgmma reads).
+namespace hopper {
+constexpr int BM = 128, BK = 64, kStages = 4, kThreads = 384;
+template <bool kGated>
+struct Cfg {
+  static constexpr int kB = kGated ? 2 : 1;                   // weight matrices a tile reads
+  static constexpr int BNW = kGated ? 128 : 256;              // output columns of a tile
+  static constexpr int kABytes = BM * BK * 2;                 // 16 KB
+  static constexpr int kBBytes = BNW * BK * 2;                // 16 / 32 KB per weight matrix
+  static constexpr int kStageBytes = kABytes + kB * kBBytes;  // 48 KB
+  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kStages * 8;
+};
+
+// tw0 (and tw1 = up): the weights [E, N, Kd] as a 3-D map, boxes of 64 × BNW × 1.
+template <bool kGated>
+__global__ void __launch_bounds__(kThreads, 1)
+    moe_wgmma_k(const __grid_constant__ CUtensorMap tw0, const __grid_constant__ CUtensorMap tw1, const bf16* a,
+                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = Cfg<kGated>;
+  // Blocks go tile by tile, each tile's column slices together: its activation rows are read from
+  // memory once, and an expert's tiles (adjacent) share each weight slice in the L2.
+  const int slices = N / C::BNW, tile = blockIdx.x / slices;
+  if (tile >= *plan.num_tiles) return;
+  extern __shared__ uint8_t smem_wg[];
+  const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u, bars = base + kStages * C::kStageBytes;
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (kStages + s); };
+  const int e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+  const int nrows = min(BM, plan.offsets[e + 1] - r0);
+  const int n0 = (blockIdx.x - tile * slices) * C::BNW, nk = Kd / BK;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 128 + 1);  // the producers' cp.async arrivals + thread 0's expect_tx
+      mbar_init(empty(s), nrows > 64 ? 256 : 128);  // every working consumer thread releases the stage
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warp < 4) {  // ---- producer: chunk column tid % 8 of rows tid / 8 + 16 i
+    setmaxnreg_dec<40>();
+    const int c = tid & 7;
+    int row[BM / 16];  // the source row in `a`, −1: past the tile's rows (zero-filled)
+#pragma unroll
+    for (int i = 0; i < BM / 16; ++i) {
+      const int r = (tid >> 3) + 16 * i;
+      row[i] = r < nrows ? (kGated ? plan.rows[r0 + r] / topk : r0 + r) : -1;
+    }
+    for (int kt = 0; kt < nk; ++kt) {
+      const int s = kt % kStages;
+      if (kt >= kStages) mbar_wait(empty(s), (kt / kStages - 1) & 1);
+      const uint32_t sa = base + s * C::kStageBytes;
+#pragma unroll
+      for (int i = 0; i < BM / 16; ++i)
+        cp_async(sa + swz128((tid >> 3) + 16 * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8, row[i] >= 0);
+      cp_async_mbar_arrive(full(s));
+      if (tid == 0) {
+        mbar_expect_tx(full(s), C::kB * C::kBBytes);
+        tma_load_3d(sa + C::kABytes, &tw0, full(s), kt * BK, n0, e);
+        if constexpr (kGated) tma_load_3d(sa + C::kABytes + C::kBBytes, &tw1, full(s), kt * BK, n0, e);
+      }
+    }
+  } else {  // ---- consumers
+    const int wg = (warp >> 2) - 1, wl = warp & 3;
+    if (wg * 64 >= nrows) return;  // an expert's last tile of ≤ 64 rows: one warpgroup does it
+    setmaxnreg_inc<232>();
+    float acc[C::kB][C::BNW / 2];
+#pragma unroll
+    for (int b = 0; b < C::kB; ++b)
+#pragma unroll
+      for (int i = 0; i < C::BNW / 2; ++i) acc[b][i] = 0.f;
+    for (int kt = 0; kt < nk; ++kt) {
+      const int s = kt % kStages;
+      mbar_wait(full(s), (kt / kStages) & 1);
+      fence_proxy_async();  // the cp.async (generic proxy) rows → wgmma (async proxy)
+      const uint32_t sa = base + s * C::kStageBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const uint64_t da = sw128_desc(sa + wg * 64 * 128 + kk * 32, 16, 1024);
+#pragma unroll
+        for (int b = 0; b < C::kB; ++b) {
+          const uint64_t db = sw128_desc(sa + C::kABytes + b * C::kBBytes + kk * 32, 16, 1024);
+          if constexpr (C::BNW == 256) wgmma_m64n256k16_ss<0, 0>(acc[b], da, db, 1);
+          else wgmma_m64n128k16_ss<0, 0>(acc[b], da, db, 1);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous stage's products are done: hand it back
+      if (kt > 0) mbar_arrive(empty((kt - 1) % kStages));
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < C::kB; ++b) reg_fence(acc[b]);
+
+    // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wg * 64 + wl * 16 + (lane >> 2) + 8 * h;
+      if (r >= nrows) continue;
+      bf16* o = out + size_t(r0 + r) * N + n0 + 2 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < C::BNW / 8; ++j) {
+        float v0 = acc[0][4 * j + 2 * h], v1 = acc[0][4 * j + 2 * h + 1];
+        if constexpr (kGated) {
+          v0 = silu_mul(v0, acc[C::kB - 1][4 * j + 2 * h]);
+          v1 = silu_mul(v1, acc[C::kB - 1][4 * j + 2 * h + 1]);
+        }
+        *reinterpret_cast<uint32_t*>(o + 8 * j) = pack_bf16(v0, v1);
+      }
+    }
+  }
+#else
+  __trap();  // built without sm_90a: the host never picks this body then
+#endif
+}
+
+// The weights [E, N, Kd] bf16 as boxes of 64 reduction columns × `rows` output rows × 1 expert.
+CUtensorMap weight_map(const void* w, int64_t E, int64_t N, int64_t Kd, int rows) {
+  const uint64_t dims[3] = {uint64_t(Kd), uint64_t(N), uint64_t(E)};
+  const uint64_t strides[2] = {uint64_t(Kd) * 2, uint64_t(N * Kd) * 2};
+  const uint32_t box[3] = {uint32_t(BK), uint32_t(rows), 1};
+  return bf16_tensor_map(const_cast<void*>(w), 3, dims, strides, box);
+}
+
+template <bool kGated>
+void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0, const void* w1,
+            int64_t E, int64_t N, int64_t Kd, void* out, cudaStream_t s) {
+  using C = Cfg<kGated>;
+  if (max_tiles == 0) return;
+  static const bool attr = [] {
+    MLA_GPU_CHECK(cudaFuncSetAttribute(moe_wgmma_k<kGated>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    return true;
+  }();
+  (void)attr;
+  const CUtensorMap t0 = weight_map(w0, E, N, Kd, C::BNW), t1 = kGated ? weight_map(w1, E, N, Kd, C::BNW) : t0;
+  const unsigned grid = unsigned(max_tiles * (N / C::BNW));
+  moe_wgmma_k<kGated><<<grid, kThreads, C::kSmemBytes, s>>>(t0, t1, static_cast<const bf16*>(a), topk, plan, int(N),
+                                                             int(Kd), static_cast<bf16*>(out));
+  MLA_GPU_LAUNCH_CHECK();
+}
+
+bool available() {
+  static const bool ok = sm90a_runs(reinterpret_cast<const void*>(moe_wgmma_k<false>));
+  return ok;
+}
+}  // namespace hopper
+
 }  // namespace
 
-int moe_fast_rows(int64_t n, int64_t E) { return n >= 48 * E ? 64 : 16; }
+int moe_fast_rows(int64_t n, int64_t E, int64_t I, int64_t hidden) {
+  // 128-row tiles once experts average 96 rows (prefill): the wgmma body, which takes 128 gate/up
+  // and 256 down columns a block.
+  if (n >= 96 * E && I % hopper::Cfg<true>::BNW == 0 && hidden % hopper::Cfg<false>::BNW == 0 && hopper::available())
+    return hopper::BM;
+  return n >= 48 * E ? 64 : 16;
+}
 
 bool moe_fast_supports(int64_t I, int64_t hidden) { return I > 0 && hidden > 0 && I % 64 == 0 && hidden % 64 == 0; }
 
 void moe_gate_up_fast(const void* x, int topk, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* gate,
-                      const void* up, int64_t I, int64_t hidden, void* h, cudaStream_t s) {
-  if (bm == 64) launch<64, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
+                      const void* up, int64_t E, int64_t I, int64_t hidden, void* h, cudaStream_t s) {
+  if (bm == hopper::BM) hopper::launch<true>(x, topk, plan, max_tiles, gate, up, E, I, hidden, h, s);
+  else if (bm == 64) launch<64, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
   else launch<16, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
 }
 
-void moe_down_fast(const void* h, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* down, int64_t I,
-                   int64_t hidden, void* y, cudaStream_t s) {
-  if (bm == 64) launch<64, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);
+void moe_down_fast(const void* h, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* down, int64_t E,
+                   int64_t I, int64_t hidden, void* y, cudaStream_t s) {
+  if (bm == hopper::BM) hopper::launch<false>(h, 1, plan, max_tiles, down, nullptr, E, hidden, I, y, s);
+  else if (bm == 64) launch<64, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);
   else launch<16, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);
 }
 

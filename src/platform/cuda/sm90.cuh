@@ -91,6 +91,11 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Arrives on `bar` once this thread's earlier cp.async copies have landed (the arrival is counted
+// in the barrier's expected count: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int phase) {
   uint32_t done;
   do {

@@ -209,6 +209,29 @@ __global__ void moe_combine_k(const void* y, Elem ye, const int32_t* pos, const 
   store_elem(out, oe, i, acc);
 }
 
+// The same sums for bf16 y and out, 8 columns a thread (16-byte loads and stores).
+__global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const float* weight, int64_t T, int K,
+                                     int64_t hidden8, uint4* out) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(T * hidden8)) return;
+  const int64_t t = int64_t(i / hidden8), c = int64_t(i % hidden8);
+  float acc[8] = {};
+  for (int k = 0; k < K; ++k) {
+    const int p = pos[t * K + k];
+    if (p < 0) continue;
+    const float w = weight[t * K + k];
+    const uint4 v = y[size_t(p) * hidden8 + c];
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] += w * fp::bf16_decode(uint16_t(words[j / 2] >> (16 * (j % 2))));
+  }
+  uint32_t words[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    words[j] = uint32_t(fp::bf16_encode(acc[2 * j])) | (uint32_t(fp::bf16_encode(acc[2 * j + 1])) << 16);
+  out[i] = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
 }  // namespace
 
 void moe_route(const MoeRouteParams& p, cudaStream_t s) {
@@ -253,7 +276,12 @@ void moe_combine(const void* y, Elem ye, const int32_t* pos, const float* weight
                  void* out, Elem oe, cudaStream_t s) {
   const size_t n = size_t(T * hidden);
   if (n == 0) return;
-  moe_combine_k<<<blocks_for(n, 256), 256, 0, s>>>(y, ye, pos, weight, T, int(K), hidden, out, oe);
+  const bool aligned = ((reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  if (ye == Elem::BF16 && oe == Elem::BF16 && hidden % 8 == 0 && aligned)
+    moe_combine_bf16x8_k<<<blocks_for(n / 8, 256), 256, 0, s>>>(static_cast<const uint4*>(y), pos, weight, T, int(K),
+                                                                hidden / 8, static_cast<uint4*>(out));
+  else
+    moe_combine_k<<<blocks_for(n, 256), 256, 0, s>>>(y, ye, pos, weight, T, int(K), hidden, out, oe);
   MLA_GPU_LAUNCH_CHECK();
 }
 
