@@ -4,6 +4,7 @@
 
 #include "mla/fp_formats.h"
 #include "platform/gpu/elem.cuh"
+#include "platform/gpu/elementwise.h"
 #include "platform/gpu/gpu_check.h"
 #include "platform/gpu/norm.cuh"
 
@@ -377,11 +378,12 @@ __global__ void __launch_bounds__(kArThreads) two_shot_push_k(ArPeers p, T* x, i
 
 // Block b takes rows b, b + kArBlocks, …. After the barrier, per row: the sum of the peers' y, h += y
 // and x = h for the whole row (any thread, 16-byte units), then RMSNorm exactly as gpu::add_rmsnorm
-// does it (256 threads, the same element of the row on the same thread: the same bits).
+// does it (256 threads, the same elements of the row on the same thread, the same variant: vec_norm
+// from gpu::norm_rows_vectorized; the same bits).
 template <int N, typename TY, bool kVec>
 __global__ void __launch_bounds__(kArNormThreads)
     add_rmsnorm_k(ArPeers p, TY* y, void* h, Elem he, void* x, int64_t M, int64_t n, const void* w, Elem we,
-                  float eps, uint64_t tag) {
+                  float eps, bool vec_norm, uint64_t tag) {
   constexpr int B = batch_of<N>();
   constexpr int V = Unit<TY>::V;
   __shared__ Block s;
@@ -423,7 +425,7 @@ __global__ void __launch_bounds__(kArNormThreads)
         }
       }
       __syncthreads();  // the whole row of x before the norm reads it
-      gpu::rmsnorm_row(x, he, size_t(m * n), n, w, we, eps);
+      gpu::rmsnorm_row_as_launched(x, he, size_t(m * n), n, w, we, eps, vec_norm);
       __syncthreads();  // the norm's shared partial sums are free again
     }
   end(p, s);
@@ -466,9 +468,12 @@ template <int N, typename TY>
 void launch_fused(const ArPeers& p, void* y, void* h, Elem he, void* x, int64_t M, int64_t n, const void* w, Elem we,
                   float eps, uint64_t tag, cudaStream_t st) {
   const bool vec = reinterpret_cast<uintptr_t>(y) % 16 == 0 && (size_t(n) * sizeof(TY)) % 16 == 0;
+  const bool vec_norm = gpu::norm_rows_vectorized(x, he, n, n);
   auto* py = static_cast<TY*>(y);
-  if (vec) add_rmsnorm_k<N, TY, true><<<kArBlocks, kArNormThreads, 0, st>>>(p, py, h, he, x, M, n, w, we, eps, tag);
-  else add_rmsnorm_k<N, TY, false><<<kArBlocks, kArNormThreads, 0, st>>>(p, py, h, he, x, M, n, w, we, eps, tag);
+  if (vec)
+    add_rmsnorm_k<N, TY, true><<<kArBlocks, kArNormThreads, 0, st>>>(p, py, h, he, x, M, n, w, we, eps, vec_norm, tag);
+  else
+    add_rmsnorm_k<N, TY, false><<<kArBlocks, kArNormThreads, 0, st>>>(p, py, h, he, x, M, n, w, we, eps, vec_norm, tag);
 }
 
 // Calls f.template operator()<N>() for the group size (2 … kArMaxRanks).

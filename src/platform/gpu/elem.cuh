@@ -34,6 +34,19 @@ __device__ __forceinline__ float round_as(float v, Elem e) {
   return load_elem(&bits, e, 0);
 }
 
+// Eight bf16 values (16 bytes, one vector load or store) ↔ floats.
+__device__ __forceinline__ void unpack_bf16x8(const uint4& u, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) f[j] = fp::bf16_decode(uint16_t(w[j / 2] >> (16 * (j % 2))));
+}
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) w[j] = uint32_t(fp::bf16_encode(f[2 * j])) | (uint32_t(fp::bf16_encode(f[2 * j + 1])) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 inline int blocks_for(size_t n, int threads) { return int((n + threads - 1) / threads); }
 
 }  // namespace mla::gpu

@@ -47,16 +47,18 @@ __global__ void add_rmsnorm_k(void* h, Elem e, const void* y, Elem ye, void* x, 
 __global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,
                        const int32_t* pos, const double* inv_freq, int64_t half, double af,
                        bool interleave) {
-  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= size_t(T * heads * half)) return;
-  const int64_t i = int64_t(idx % half), th = int64_t(idx / half), t = th / heads;
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // one (token, pair): its angle once
+  if (idx >= size_t(T * half)) return;
+  const int64_t i = int64_t(idx % half), t = int64_t(idx / half);
   float c, s;
   rope_cos_sin(pos[t], inv_freq[i], af, c, s);
-  const size_t base = size_t(th) * head_dim + off;
-  const size_t i0 = base + rope_first(i, half, interleave), i1 = base + rope_second(i, half, interleave);
-  const float x0 = load_elem(x, e, i0), x1 = load_elem(x, e, i1);
-  store_elem(x, e, i0, x0 * c - x1 * s);
-  store_elem(x, e, i1, x0 * s + x1 * c);
+  for (int64_t h = 0; h < heads; ++h) {
+    const size_t base = size_t(t * heads + h) * head_dim + off;
+    const size_t i0 = base + rope_first(i, half, interleave), i1 = base + rope_second(i, half, interleave);
+    const float x0 = load_elem(x, e, i0), x1 = load_elem(x, e, i1);
+    store_elem(x, e, i0, x0 * c - x1 * s);
+    store_elem(x, e, i1, x0 * s + x1 * c);
+  }
 }
 
 __global__ void copy_cols_k(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Elem de,
@@ -108,6 +110,67 @@ __global__ void silu_mul_k(const void* g, const void* u, Elem e, void* out, size
   if (i >= n) return;
   const float x = load_elem(g, e, i);
   store_elem(out, e, i, x / (1.f + expf(-x)) * load_elem(u, e, i));
+}
+
+// ---- bf16 fast paths: 8 values (16 bytes) a load; the same per-element math as above ---------
+// Rows of n bf16 values (the chunks a block's threads hold: n ≤ kNormChunks · 8 · kThreads).
+__global__ void rmsnorm_bf16x8_k(uint16_t* x, int64_t ld, int64_t n, const void* w, Elem we, float eps) {
+  rmsnorm_row_as_launched(x, Elem::BF16, size_t(blockIdx.x) * size_t(ld), n, w, we, eps, true);
+}
+
+// x: bf16 rows of n (16-byte aligned); h (bf16) and y as vectors when h_vec / y_vec, else element
+// by element.
+__global__ void add_rmsnorm_bf16x8_k(void* h, bool h_vec, const void* y, Elem ye, bool y_vec, uint4* x, int64_t n,
+                                     const void* w, Elem we, float eps) {
+  const int64_t chunks = n / 8;
+  const size_t row = size_t(blockIdx.x) * size_t(chunks);
+  float v[kNormChunks][8];
+#pragma unroll
+  for (int c = 0; c < kNormChunks; ++c) {
+    const int64_t k = threadIdx.x + c * int64_t(blockDim.x);
+    if (k >= chunks) continue;
+    const size_t at = (row + k) * 8;
+    float a[8], b[8];
+    if (h_vec) unpack_bf16x8(static_cast<const uint4*>(h)[row + k], a);
+    else
+      for (int j = 0; j < 8; ++j) a[j] = load_elem(h, Elem::BF16, at + j);
+    if (y_vec) unpack_bf16x8(static_cast<const uint4*>(y)[row + k], b);
+    else
+      for (int j = 0; j < 8; ++j) b[j] = load_elem(y, ye, at + j);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[j] += b[j];
+    const uint4 hv = pack_bf16x8(a);
+    if (h_vec) static_cast<uint4*>(h)[row + k] = hv;
+    unpack_bf16x8(hv, v[c]);  // x = h as stored
+    if (!h_vec)
+      for (int j = 0; j < 8; ++j) store_elem(h, Elem::BF16, at + j, v[c][j]);
+  }
+  rmsnorm_chunks_bf16(x + row, v, chunks, n, w, we, eps);
+}
+
+// build_kv in chunks of 8 (every width a multiple of 8): pure copies.
+__global__ void build_kv_bf16x8_k(const uint4* kv, const uint4* rows, int64_t row8, int64_t S, int64_t H, int64_t L8,
+                                  int64_t dn8, int64_t dr8, int64_t dv8, uint4* k, uint4* v) {
+  const int64_t w = dn8 + dr8 + dv8;
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= size_t(S * H * w)) return;
+  const int64_t sh = int64_t(idx / w), c = int64_t(idx % w), s = sh / H;
+  if (c < dn8) k[sh * (dn8 + dr8) + c] = kv[sh * (dn8 + dv8) + c];
+  else if (c < dn8 + dr8) k[sh * (dn8 + dr8) + c] = rows[s * row8 + L8 + c - dn8];
+  else v[sh * dv8 + c - dn8 - dr8] = kv[sh * (dn8 + dv8) + c - dr8];
+}
+
+// out = a + b (kSilu false) or silu(a) · b (true), 8 bf16 values a thread.
+template <bool kSilu>
+__global__ void binary_bf16x8_k(const uint4* x, const uint4* y, uint4* out, size_t n8) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  float a[8], b[8];
+  unpack_bf16x8(x[i], a);
+  unpack_bf16x8(y[i], b);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a[j] = kSilu ? a[j] / (1.f + expf(-a[j])) * b[j] : a[j] + b[j];
+  out[i] = pack_bf16x8(a);
 }
 
 // (v, i) beats (w, j): larger, or equal and earlier; NaN loses to any number.
@@ -183,20 +246,37 @@ void fill_random(void* p, Elem e, size_t n, uint64_t seed, float scale, cudaStre
 void convert(const void* src, Elem se, void* dst, Elem de, size_t n, cudaStream_t s) {
   MLA_LAUNCH(convert_k, n, s, src, se, dst, de, n);
 }
+namespace {
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+}  // namespace
+
+// Rows of n bf16 values every ld, starting 16-byte aligned, that one block holds as chunks of 8.
+// rmsnorm and add_rmsnorm choose alike (on x), so add_rmsnorm keeps add + rmsnorm's bits.
+bool norm_rows_vectorized(const void* x, Elem e, int64_t ld, int64_t n) {
+  return e == Elem::BF16 && n % 8 == 0 && ld % 8 == 0 && n <= int64_t(kNormChunks) * 8 * kThreads && aligned16(x);
+}
+
 void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps, cudaStream_t s) {
   if (M == 0) return;
-  rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(x, e, ld, n, w, we, eps);
+  if (norm_rows_vectorized(x, e, ld, n))
+    rmsnorm_bf16x8_k<<<unsigned(M), kThreads, 0, s>>>(static_cast<uint16_t*>(x), ld, n, w, we, eps);
+  else
+    rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(x, e, ld, n, w, we, eps);
   MLA_GPU_LAUNCH_CHECK();
 }
 void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, int64_t n, const void* w, Elem we,
                  float eps, cudaStream_t s) {
   if (M == 0) return;
-  add_rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(h, e, y, ye, x, n, w, we, eps);
+  if (norm_rows_vectorized(x, e, n, n))
+    add_rmsnorm_bf16x8_k<<<unsigned(M), kThreads, 0, s>>>(h, aligned16(h), y, ye, ye == Elem::BF16 && aligned16(y),
+                                                          static_cast<uint4*>(x), n, w, we, eps);
+  else
+    add_rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(h, e, y, ye, x, n, w, we, eps);
   MLA_GPU_LAUNCH_CHECK();
 }
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off, const int32_t* positions,
           const double* inv_freq, int64_t half, double af, bool interleave, cudaStream_t s) {
-  MLA_LAUNCH(rope_k, T * heads * half, s, x, e, T, heads, head_dim, off, positions, inv_freq, half, af, interleave);
+  MLA_LAUNCH(rope_k, T * half, s, x, e, T, heads, head_dim, off, positions, inv_freq, half, af, interleave);
 }
 void copy_cols(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Elem de, int64_t dld, int64_t d0,
                int64_t M, int64_t n, cudaStream_t s) {
@@ -204,7 +284,14 @@ void copy_cols(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Ele
 }
 void build_kv(const void* kv, const void* rows, Elem re, int64_t row_dim, Elem e, int64_t S, int64_t H, int64_t L,
               int64_t dn, int64_t dr, int64_t dv, void* k, void* v, cudaStream_t s) {
-  MLA_LAUNCH(build_kv_k, S * H * (dn + dr + dv), s, kv, rows, re, row_dim, e, S, H, L, dn, dr, dv, k, v);
+  const bool vec = e == Elem::BF16 && re == Elem::BF16 && (row_dim | L | dn | dr | dv) % 8 == 0 && aligned16(kv) &&
+                   aligned16(rows) && aligned16(k) && aligned16(v);
+  if (vec)
+    MLA_LAUNCH(build_kv_bf16x8_k, S * H * (dn + dr + dv) / 8, s, static_cast<const uint4*>(kv),
+               static_cast<const uint4*>(rows), row_dim / 8, S, H, L / 8, dn / 8, dr / 8, dv / 8, static_cast<uint4*>(k),
+               static_cast<uint4*>(v));
+  else
+    MLA_LAUNCH(build_kv_k, S * H * (dn + dr + dv), s, kv, rows, re, row_dim, e, S, H, L, dn, dr, dv, k, v);
 }
 void gather_rows(const void* table, Elem te, const int32_t* ids, int64_t n, int64_t d, void* out, Elem oe,
                  cudaStream_t s) {
@@ -214,14 +301,24 @@ void scatter_add_rows(const void* src, Elem se, const int32_t* rows, const float
                       void* out, Elem oe, cudaStream_t s) {
   if (n > 0) MLA_LAUNCH(scatter_add_rows_k, d, s, src, se, rows, w, n, d, out, oe);
 }
-void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s) { MLA_LAUNCH(add_k, n, s, x, xe, y, ye, n); }
+void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s) {
+  if (xe == Elem::BF16 && ye == Elem::BF16 && n % 8 == 0 && aligned16(x) && aligned16(y))
+    MLA_LAUNCH(binary_bf16x8_k<false>, n / 8, s, static_cast<const uint4*>(x), static_cast<const uint4*>(y),
+               static_cast<uint4*>(x), n / 8);
+  else
+    MLA_LAUNCH(add_k, n, s, x, xe, y, ye, n);
+}
 void argmax_rows(const float* x, int64_t R, int64_t V, int32_t* out, cudaStream_t s) {
   if (R == 0) return;
   argmax_rows_k<<<unsigned(R), kThreads, 0, s>>>(x, V, out);
   MLA_GPU_LAUNCH_CHECK();
 }
 void silu_mul(const void* g, const void* u, Elem e, void* out, size_t n, cudaStream_t s) {
-  MLA_LAUNCH(silu_mul_k, n, s, g, u, e, out, n);
+  if (e == Elem::BF16 && n % 8 == 0 && aligned16(g) && aligned16(u) && aligned16(out))
+    MLA_LAUNCH(binary_bf16x8_k<true>, n / 8, s, static_cast<const uint4*>(g), static_cast<const uint4*>(u),
+               static_cast<uint4*>(out), n / 8);
+  else
+    MLA_LAUNCH(silu_mul_k, n, s, g, u, e, out, n);
 }
 void merge(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d, cudaStream_t s) {
   if (n == 0) return;

@@ -15,6 +15,9 @@ void convert(const void* src, Elem se, void* dst, Elem de, size_t n, cudaStream_
 // x[M, ld]: RMSNorm over columns [0, n) of each row, in place; w[n]
 void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps,
              cudaStream_t s);
+// Whether rmsnorm / add_rmsnorm take rows of x[·, ld] (n normalized) as bf16 vectors of 8 (the
+// sum of squares then runs in another order than the element-wise kernel's).
+bool norm_rows_vectorized(const void* x, Elem e, int64_t ld, int64_t n);
 // h[M, n] += y; x = h; x = RMSNorm(x) · w (one block per row: the same bits as add, convert, rmsnorm)
 void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, int64_t n, const void* w, Elem we,
                  float eps, cudaStream_t s);

@@ -220,16 +220,12 @@ __global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const f
     const int p = pos[t * K + k];
     if (p < 0) continue;
     const float w = weight[t * K + k];
-    const uint4 v = y[size_t(p) * hidden8 + c];
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    float v[8];
+    unpack_bf16x8(y[size_t(p) * hidden8 + c], v);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] += w * fp::bf16_decode(uint16_t(words[j / 2] >> (16 * (j % 2))));
+    for (int j = 0; j < 8; ++j) acc[j] += w * v[j];
   }
-  uint32_t words[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    words[j] = uint32_t(fp::bf16_encode(acc[2 * j])) | (uint32_t(fp::bf16_encode(acc[2 * j + 1])) << 16);
-  out[i] = make_uint4(words[0], words[1], words[2], words[3]);
+  out[i] = pack_bf16x8(acc);
 }
 
 }  // namespace
