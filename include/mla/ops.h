@@ -123,6 +123,17 @@ class Ops {
   virtual void mark(const char* label);
   virtual std::vector<std::pair<std::string, double>> timeline();
 
+  // ---- a side lane: work that may run alongside --------------------------------------------------
+  // side_begin(): the calls up to side_end() form a side lane, which starts after every earlier
+  // call and may run alongside the calls made after side_end(); after side_join(), calls run after
+  // the side lane's too. The results are those of the calls in program order as long as the two
+  // lanes write disjoint tensors and read nothing the other writes before the join (the caller's
+  // part). Tensors made in the side lane live at least to the join. A platform without concurrency
+  // runs the calls in order (the default). Error for calls out of this order (GPU platforms).
+  virtual void side_begin() {}
+  virtual void side_end() {}
+  virtual void side_join() {}
+
   // ---- weights --------------------------------------------------------------------------------
   // A platform may keep the absorbed weights in its own packed form (ROCm: fp8, MXFP4, or a
   // K-contiguous layout); the result travels with the layer's weights to the platform's own
@@ -240,6 +251,32 @@ class StepScope {
 
  private:
   Ops& ops_;
+};
+
+// The scope of a side lane (Ops::side_begin): begun on construction; main() ends the lane's calls,
+// join() joins it; the destructor does what is left (an error between them leaves nothing open).
+class SideLane {
+ public:
+  explicit SideLane(Ops& ops) : ops_(ops) { ops_.side_begin(); }
+  SideLane(const SideLane&) = delete;
+  SideLane& operator=(const SideLane&) = delete;
+  void main() {
+    if (state_ == 0) ops_.side_end(), state_ = 1;
+  }
+  void join() {
+    main();
+    if (state_ == 1) ops_.side_join(), state_ = 2;
+  }
+  ~SideLane() {
+    try {
+      join();
+    } catch (...) {  // a destructor reports nothing; the error that unwound us is the one that counts
+    }
+  }
+
+ private:
+  Ops& ops_;
+  int state_ = 0;  // 0 in the lane, 1 ended, 2 joined
 };
 
 }  // namespace mla

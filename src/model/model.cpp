@@ -3,6 +3,8 @@
 // Ops::moe_experts) from the f32 router logits, with the routed experts stacked per projection.
 #include "mla/model.h"
 
+#include <optional>
+
 #include "mla/error.h"
 #include "mla/registry.h"
 
@@ -160,13 +162,25 @@ Tensor Model::mlp(const Mlp& m, const Tensor& x) {
 
 Tensor Model::moe(const Layer& l, const Tensor& x) {
   const int64_t T = x.dim(0), E = routing_.n_routed_experts, K = routing_.num_experts_per_tok;
+  // The shared experts in a side lane, alongside the router and the routed experts: they only read
+  // x, and their output is added after the join, so the bits are those of the calls in order.
+  std::optional<SideLane> lane;
+  Tensor shared;  // [T, hidden]
+  if (l.shared) {
+    lane.emplace(ops_);
+    shared = mlp(*l.shared, x);
+    lane->main();
+  }
   Tensor logits = ops_.empty(DType::F32, {T, E});  // [T, E], f32 as HF computes the router
   ops_.linear(x, l.router, logits);
   Tensor expert = ops_.empty(DType::I32, {T, K}), weight = ops_.empty(DType::F32, {T, K});  // [T, K]
   ops_.moe_route(logits, l.bias, routing_, expert, weight);
   Tensor out = ops_.empty(ops_.act_dtype(), {T, cfg_.hidden_size()});  // [T, hidden]
   ops_.moe_experts(x, expert, weight, l.experts.gate_proj, l.experts.up_proj, l.experts.down_proj, out);
-  if (l.shared) ops_.add(out, mlp(*l.shared, x));
+  if (l.shared) {
+    lane->join();
+    ops_.add(out, shared);
+  }
   return out;
 }
 

@@ -30,17 +30,22 @@ cudaDataType_t blas_type(DType t) {
 class CudaOps final : public GpuOps {
  public:
   explicit CudaOps(DType act) : GpuOps(Platform::CUDA, act) {
-    MLA_CUBLAS_CHECK(cublasCreate(&blas_));
-    MLA_CUBLAS_CHECK(cublasSetStream(blas_, stream()));
-    // f32 GEMMs stay exact: no TF32 (CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F never uses it).
-    MLA_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
-    // A workspace of our own: cuBLAS then allocates nothing inside a graph being recorded.
-    blas_ws_ = empty(DType::F32, {kBlasWorkspaceBytes / 4});
-    MLA_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_ws_.data(), kBlasWorkspaceBytes));
+    // One cuBLAS handle per lane (Ops::side_begin): a side lane's GEMMs use their own workspace.
+    for (int lane = 0; lane < 2; ++lane) {
+      cublasHandle_t& h = blas_[lane];
+      MLA_CUBLAS_CHECK(cublasCreate(&h));
+      MLA_CUBLAS_CHECK(cublasSetStream(h, lane == 0 ? main_stream_ : side_stream_));
+      // f32 GEMMs stay exact: no TF32 (CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F never uses it).
+      MLA_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+      // A workspace of our own: cuBLAS then allocates nothing inside a graph being recorded.
+      blas_ws_[lane] = empty(DType::F32, {kBlasWorkspaceBytes / 4});
+      MLA_CUBLAS_CHECK(cublasSetWorkspace(h, blas_ws_[lane].data(), kBlasWorkspaceBytes));
+    }
+    side_lanes_ = true;
   }
   ~CudaOps() override {
     synchronize();
-    cublasDestroy(blas_);
+    for (cublasHandle_t h : blas_) cublasDestroy(h);
   }
 
   std::string name() const override { return fmt::format("cuda-{}", dtype_name(act_dtype())); }
@@ -94,7 +99,7 @@ class CudaOps final : public GpuOps {
     if (!xc.defined()) return;
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     const float one = 1.f, zero = 0.f;
-    MLA_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &one, w.data(),
+    MLA_CUBLAS_CHECK(cublasGemmEx(blas(), CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &one, w.data(),
                                   blas_type(w.dtype()), int(K), xc.data(), blas_type(xc.dtype()), int(K), &zero,
                                   y.data(), blas_type(y.dtype()), int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
@@ -106,7 +111,7 @@ class CudaOps final : public GpuOps {
     if (T == 0) return;
     const float one = 1.f, zero = 0.f;
     MLA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        blas_, CUBLAS_OP_N, CUBLAS_OP_N, int(L), int(T), int(dn), &one, w_kc.data(), blas_type(w_kc.dtype()), int(L),
+        blas(), CUBLAS_OP_N, CUBLAS_OP_N, int(L), int(T), int(dn), &one, w_kc.data(), blas_type(w_kc.dtype()), int(L),
         L * dn, q.data(), blas_type(q.dtype()), int(H * (dn + dr)), dn + dr, &zero, q_mla.data(),
         blas_type(q_mla.dtype()), int(H * (L + dr)), L + dr, int(H), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     gpu::copy_cols(q.data(), elem_of(q.dtype()), dn + dr, dn, q_mla.data(), elem_of(q_mla.dtype()), L + dr, L, T * H, dr,
@@ -119,7 +124,7 @@ class CudaOps final : public GpuOps {
     if (T == 0) return;
     const float one = 1.f, zero = 0.f;
     MLA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(dv), int(T), int(L), &one, w_vc.data(), blas_type(w_vc.dtype()), int(L),
+        blas(), CUBLAS_OP_T, CUBLAS_OP_N, int(dv), int(T), int(L), &one, w_vc.data(), blas_type(w_vc.dtype()), int(L),
         dv * L, o_lat.data(), blas_type(o_lat.dtype()), int(H * L), L, &zero, o.data(), blas_type(o.dtype()),
         int(H * dv), dv, int(H), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
@@ -191,8 +196,9 @@ class CudaOps final : public GpuOps {
     }
   };
 
-  cublasHandle_t blas_ = nullptr;
-  Tensor blas_ws_;
+  cublasHandle_t blas() const { return blas_[stream() == side_stream_ ? 1 : 0]; }  // the current lane's
+  cublasHandle_t blas_[2] = {nullptr, nullptr};  // main, side
+  Tensor blas_ws_[2];
   struct {
     uint64_t step = 0;
     const AttnSegments* seg = nullptr;

@@ -32,7 +32,10 @@ GpuOps::GpuOps(Platform platform, DType act) : platform_(platform), act_(act) {
     (void)cudaStreamSynchronize(q);  // destructors report nothing
     (void)cudaStreamDestroy(q);
   });
-  stream_ = s;
+  stream_ = main_stream_ = s;
+  MLA_GPU_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+  MLA_GPU_CHECK(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming));
+  MLA_GPU_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
   cudaDeviceProp prop{};
   MLA_GPU_CHECK(cudaGetDeviceProperties(&prop, 0));
   num_sms_ = prop.multiProcessorCount;
@@ -43,7 +46,12 @@ GpuOps::GpuOps(Platform platform, DType act) : platform_(platform), act_(act) {
 }
 
 GpuOps::~GpuOps() {
-  (void)cudaStreamSynchronize(stream_);
+  (void)cudaStreamSynchronize(side_stream_);
+  (void)cudaStreamSynchronize(main_stream_);
+  side_keep_.clear();
+  (void)cudaStreamDestroy(side_stream_);
+  (void)cudaEventDestroy(side_fork_);
+  (void)cudaEventDestroy(side_done_);
   for (int i = 0; i < 2; ++i) {
     if (pinned_[i]) (void)cudaFreeHost(pinned_[i]);
     if (pinned_copied_[i]) (void)cudaEventDestroy(pinned_copied_[i]);
@@ -73,7 +81,34 @@ void GpuOps::wait_upload(int slot) {
   if (cudaEvent_t e = upload_events_[size_t(slot)]) MLA_GPU_CHECK(cudaEventSynchronize(e));
 }
 
+void GpuOps::side_begin() {
+  if (side_state_ != SideState::None) fail("{}: side_begin while a side lane is open", platform_name(platform_));
+  if (side_lanes_) {
+    MLA_GPU_CHECK(cudaEventRecord(side_fork_, main_stream_));
+    MLA_GPU_CHECK(cudaStreamWaitEvent(side_stream_, side_fork_, 0));
+    stream_ = side_stream_;
+  }
+  side_state_ = SideState::InLane;
+}
+
+void GpuOps::side_end() {
+  if (side_state_ != SideState::InLane) fail("{}: side_end outside a side lane", platform_name(platform_));
+  stream_ = main_stream_;
+  side_state_ = SideState::Open;
+}
+
+void GpuOps::side_join() {
+  if (side_state_ != SideState::Open) fail("{}: side_join without an ended side lane", platform_name(platform_));
+  if (side_lanes_) {
+    MLA_GPU_CHECK(cudaEventRecord(side_done_, side_stream_));
+    MLA_GPU_CHECK(cudaStreamWaitEvent(main_stream_, side_done_, 0));
+  }
+  side_keep_.clear();  // their frees now follow the join on the main stream
+  side_state_ = SideState::None;
+}
+
 void GpuOps::synchronize() {
+  if (side_state_ != SideState::None) fail("{}: a synchronization inside a side lane", platform_name(platform_));
   refuse_in_capture("a synchronization");
   ++total_.host_syncs;
   MLA_GPU_CHECK(cudaStreamSynchronize(stream_));

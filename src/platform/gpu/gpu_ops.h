@@ -47,6 +47,11 @@ class GpuOps : public Ops {
   StepCounters step_counters() const override { return step_open_ ? total_ - step_start_ : last_step_; }
   StepCounters counters() const override { return total_; }
   int num_sms() const { return num_sms_; }
+  // Side lanes on a second stream, where the platform enables them (side_lanes_); else in order.
+  void side_begin() override;
+  void side_end() override;
+  void side_join() override;
+
   // The timeline by events in the stream (a recorded graph holds its own).
   void mark(const char* label) override;
   std::vector<std::pair<std::string, double>> timeline() override;
@@ -63,8 +68,11 @@ class GpuOps : public Ops {
     // NaN in f32, bf16, e4m3fn (0xff) and e4m3fnuz (0x80)
     if (poison_) MLA_GPU_CHECK(cudaMemsetAsync(p, dtype == DType::F8_E4M3FNUZ ? 0x80 : 0xff, bytes, stream_));
     std::shared_ptr<StreamObject> s = stream_owner_;
-    return Tensor(dtype, std::move(shape), platform_,
-                  std::shared_ptr<void>(p, [s](void* q) { (void)cudaFreeAsync(q, s.get()); }));
+    Tensor t(dtype, std::move(shape), platform_,
+             std::shared_ptr<void>(p, [s](void* q) { (void)cudaFreeAsync(q, s.get()); }));
+    // Made in a side lane: freed (on the main stream) only after the join.
+    if (side_state_ == SideState::InLane && side_lanes_) side_keep_.push_back(t);
+    return t;
   }
   Tensor upload(const Tensor& host) override {
     expect(host.platform() == Platform::CPU, "upload", "source is not a host tensor");
@@ -227,6 +235,9 @@ class GpuOps : public Ops {
   }
 
  protected:
+  cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;  // stream_ is one of them
+  bool side_lanes_ = false;  // a platform turns them on (CudaOps): its calls must then follow stream()
+
   // y[M, N] = x[M, K] · w[N, K]ᵀ: checks the shapes and returns x in w's dtype (converted when they
   // differ, e.g. bf16 activations through an f32 router), or an undefined tensor when M == 0.
   Tensor linear_input(const Tensor& x, const Tensor& w, const Tensor& y) {
@@ -384,7 +395,10 @@ class GpuOps : public Ops {
   Platform platform_;
   DType act_;
   std::shared_ptr<StreamObject> stream_owner_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the current lane's stream: main_stream_ but in a side lane
+  enum class SideState { None, InLane, Open } side_state_ = SideState::None;
+  cudaEvent_t side_fork_ = nullptr, side_done_ = nullptr;
+  std::vector<Tensor> side_keep_;  // tensors made in the side lane, kept to the join
   int num_sms_ = 0;
   bool poison_ = false;
   std::map<int, Tensor> scratch_;
