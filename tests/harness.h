@@ -10,6 +10,7 @@
 
 #include "mla/compare.h"
 #include "mla/error.h"
+#include "mla/platform_ops.h"
 
 namespace mla::test {
 using mla::randn;
@@ -41,6 +42,14 @@ inline void expect_error(const std::function<void()>& f, std::initializer_list<s
 inline void expect_error(const std::function<void()>& f, const std::string& needle, const std::string& ctx = "") {
   expect_error(f, std::vector<std::string>{needle}, ctx);
 }
+// The CPU, then CUDA and ROCm where a device runs them.
+inline std::vector<Platform> available_platforms() {
+  std::vector<Platform> p{Platform::CPU};
+  for (Platform q : {Platform::CUDA, Platform::ROCM})
+    if (platform_available(q)) p.push_back(q);
+  return p;
+}
+
 }  // namespace mla::test
 
 namespace mla {

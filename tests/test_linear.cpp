@@ -11,17 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "harness.h"
 #include "mla/platform_ops.h"
 
 namespace mla {
 namespace {
 
-std::vector<Platform> platforms() {
-  std::vector<Platform> p{Platform::CPU};
-  for (Platform q : {Platform::CUDA, Platform::ROCM})
-    if (platform_available(q)) p.push_back(q);
-  return p;
-}
+std::vector<Platform> platforms() { return test::available_platforms(); }
 
 // Largest |got − want| over the largest |want|. Measured on the CPU: f32 out 3.7e-7; bf16 out 2.5e-3
 // (the output's own rounding, 2⁻⁹ of a value).

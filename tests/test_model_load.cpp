@@ -26,12 +26,7 @@ std::vector<float> prompt_logits(Model& m) {
   return e.run_sequence(kPrompt, 0, int64_t(kPrompt.size())).logits;
 }
 
-std::vector<Platform> platforms() {
-  std::vector<Platform> p{Platform::CPU};
-  for (Platform q : {Platform::CUDA, Platform::ROCM})
-    if (platform_available(q)) p.push_back(q);
-  return p;
-}
+std::vector<Platform> platforms() { return test::available_platforms(); }
 
 TEST(ModelLoad, AnyStagingSizeAndThreadCountGiveTheSameModel) {
   omp_set_num_threads(1);

@@ -11,17 +11,13 @@
 #include <vector>
 
 #include "mla/error.h"
+#include "harness.h"
 #include "mla/platform_ops.h"
 
 namespace mla {
 namespace {
 
-std::vector<Platform> platforms() {
-  std::vector<Platform> p{Platform::CPU};
-  for (Platform q : {Platform::CUDA, Platform::ROCM})
-    if (platform_available(q)) p.push_back(q);
-  return p;
-}
+std::vector<Platform> platforms() { return test::available_platforms(); }
 
 bool same_bits(const Tensor& a, const Tensor& b) { return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0; }
 

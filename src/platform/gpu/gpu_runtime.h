@@ -26,6 +26,7 @@
 #define cudaStreamNonBlocking hipStreamNonBlocking
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaEvent_t hipEvent_t
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDisableTiming hipEventDisableTiming
