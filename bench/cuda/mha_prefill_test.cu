@@ -3,10 +3,8 @@
 // no-mask cases, empty requests), every kernel body against an fp32/f64 CPU reference on the same
 // bf16 inputs; poisoned outputs (gap rows must stay poisoned). Benchmark: causal s = 1024, 4096,
 // 16384 and one prefix-chunk shape at 128 heads, CUDA events, median; cuBLAS bf16 GEMM ceiling.
-//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
-//     bench/cuda/mha_prefill_test.cu src/platform/cuda/mha_prefill.cu src/platform/gpu/gpu_check.cpp \
-//     -lcublas -o .devbin/mha_prefill_test
-//   .devbin/mha_prefill_test [--probe] [--path NAME]... [--bench] [--gemm]
+//   the CUDA build's target mha_prefill_test (cmake --build build --target mha_prefill_test);
+//   build/bin/mha_prefill_test [--probe] [--path NAME]... [--bench] [--gemm]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -147,10 +147,11 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   if (narrow) {
     launch_narrow(kp, grid, p.stream, tile_rows, fp8);
   } else {
-    const WideProducts products = tuning.use_mma_sync    ? WideProducts::kMmaSync
-                                  : (tuning.variant & 2) ? WideProducts::kWgmmaSMmaPV
-                                  : (tuning.variant & 4) ? WideProducts::kMmaSWgmmaPV
-                                                         : WideProducts::kWgmma;
+    const WideProducts products = tuning.use_mma_sync     ? WideProducts::kMmaSync
+                                  : (tuning.variant & 2)  ? WideProducts::kWgmmaSMmaPV
+                                  : (tuning.variant & 4)  ? WideProducts::kMmaSWgmmaPV
+                                  : (tuning.variant & 16) ? WideProducts::kSplitS
+                                                          : WideProducts::kWgmma;
     launch_wide(kp, grid, p.stream, fp8, products);
   }
   if (splits > 1) launch_combine(kp, p.stream);

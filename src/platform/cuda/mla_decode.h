@@ -1,7 +1,7 @@
 // Fast MLA decode attention (absorbed, paged latent cache) for bf16 queries on Hopper (sm_90a).
 // Split-KV tensor-core kernels + LSE combine; graph-capturable (no host sync, no allocation).
 // The host side (mla_decode.cpp) picks the kernel and the split count; the kernels are
-// mla_decode_wide.cu, mla_decode_narrow.cu and mla_decode_combine.cu.
+// mla_decode_seesaw.cu, mla_decode_wide.cu, mla_decode_narrow.cu and mla_decode_combine.cu.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,8 +29,9 @@ bool mla_fast_supports(const MlaParams& p);
 struct MlaDecodeTuning {
   int32_t force_splits = 0;   // > 0: this KV split count (clamped to the workspace); 0: heuristic
   bool use_mma_sync = false;  // the 64-row kernel with mma.sync (ldmatrix) products, not wgmma
-  // Bit 3 (8): 64-row tiles even for ≤ 32 rows. Debugging aids (bf16 KV): bit 1 (2) wgmma for
-  // S only, bit 2 (4) for P·V only; bit 0 (1) swaps the V descriptor strides (a wrong layout).
+  // Bit 3 (8): 64-row tiles even for ≤ 32 rows; bit 4 (16): the split-S 64-row kernel for bf16 KV
+  // too (not the see-saw one). Debugging aids (bf16 KV): bit 1 (2) wgmma for S only, bit 2 (4) for
+  // P·V only (both split-S); bit 0 (1) swaps the V descriptor strides (a wrong layout).
   int32_t variant = 0;
 };
 

@@ -1,6 +1,6 @@
 // mla_decode_launch.h — what the host side of the MLA decode (mla_decode.cpp) hands its kernels:
-// the tile constants, the kernel parameters and one launcher per kernel family
-// (mla_decode_wide.cu, mla_decode_narrow.cu, mla_decode_combine.cu). Internal to the CUDA platform.
+// the tile constants, the kernel parameters and one launcher per kernel family (mla_decode_seesaw.cu,
+// mla_decode_wide.cu, mla_decode_narrow.cu, mla_decode_combine.cu). Internal to the CUDA platform.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -41,13 +41,16 @@ struct KParams {
   uint32_t v_sbo;     //                          bytes between 8-key groups
 };
 
-// The products of the wide (64-row) kernel: wgmma for both (production), mma.sync for both (the
-// reference path), or one of each (bf16 KV only; debugging aids).
-enum class WideProducts { kWgmma, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV };
+// The 64-row kernels: kWgmma is production (bf16 KV: the see-saw kernel, mla_decode_seesaw.cu; fp8
+// KV: the split-S kernel, mla_decode_wide.cu); kSplitS the split-S kernel for bf16 too; the rest are
+// the split-S kernel with mma.sync for both products (the reference path) or one of each (bf16 KV
+// only; debugging aids).
+enum class WideProducts { kWgmma, kSplitS, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV };
 
 // grid (row tiles, splits, requests); each launcher sets its kernel's shared-memory limit once per
 // device.
 void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products);
+void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream);  // bf16 KV
 // tile_rows: 8, 16 or 32.
 void launch_narrow(const KParams& kp, dim3 grid, cudaStream_t stream, int tile_rows, bool fp8);
 // Merges the kp.splits partial results of the workspace into kp.o / kp.lse.

@@ -4,6 +4,7 @@
 // the swizzled stage directly; fp8 rows land raw in a staging buffer and are widened to bf16 in
 // shared memory (exact), so the products read bf16 either way.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -35,6 +36,77 @@ __device__ __forceinline__ bool cta_work(const KParams& p, int tile_rows, CtaWor
   w.t_begin = min(nk, split * tps);
   w.t_end = min(nk, w.t_begin + tps);
   return true;
+}
+
+// The 64-row kernels: this thread's two accumulator rows rr[h] = 16·wi + lane/4 + 8h of the tile
+// (wi: its warp in the warpgroup) and the end of the keys each one sees (causal, bottom-right).
+__device__ __forceinline__ void tile_rows_of_thread(const KParams& p, const CtaWork& w, int wi, int lane,
+                                                    int (&rr)[2], int (&lim)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    rr[h] = 16 * wi + (lane >> 2) + 8 * h;
+    const int qi = (w.row0 + rr[h]) / p.H;
+    lim[h] = p.causal ? min(w.k_len, w.k_len - w.q_len + qi + 1) : w.k_len;
+  }
+}
+
+// The 64-row kernels (256 threads): Q rows [row0, row0 + 64) of the request → sQ, 9 swizzled
+// [64][64] chunks, rows past the request zero-filled; cp.async, uncommitted.
+__device__ __forceinline__ void load_q_tile(const KParams& p, const CtaWork& w, uint32_t sQ, int tid) {
+  const __nv_bfloat16* qbase = p.q + (size_t(w.q_start) * p.H + w.row0) * kD;
+  const int sub = tid & 7;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = (tid >> 3) + 32 * h;
+    const bool valid = w.row0 + row < w.rows;
+    const __nv_bfloat16* src = valid ? qbase + size_t(row) * kD + sub * 8 : p.q;
+#pragma unroll
+    for (int i = 0; i < 9; ++i)
+      sm90::cp_async(sQ + i * kChunkBytes + sm90::swz128(row, sub), valid ? src + i * 64 : p.q, valid);
+  }
+}
+
+// The 64-row kernels' output: warpgroup wg holds O[64 rows][256·wg, +256) in the m64n256
+// accumulator layout (this thread: rows rr[h], columns 256·wg + 8j + 2(lane & 3) + {0, 1} in
+// o[4j + 2h + {0, 1}]). m: the row's running max (log2 units), l: its total sum over all keys. Writes
+// o · out_scale / l and the natural-log LSE, or the split's f32 partial and LSE to the workspace.
+__device__ __forceinline__ void store_o_rows(const KParams& p, const CtaWork& w, const float (&o)[128],
+                                             const int (&rr)[2], const float (&m)[2], const float (&l)[2],
+                                             int wg, int lane) {
+  const int c0 = 256 * wg + 2 * (lane & 3);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int prow = w.row0 + rr[h];
+    if (prow >= w.rows) continue;
+    const float inv = l[h] > 0.f ? p.out_scale / l[h] : 0.f;
+    const float lse = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718055994531f : -INFINITY;
+    const size_t grow = size_t(w.q_start) * p.H + prow;  // row of o [T·H, 512]
+    const bool write_lse = wg == 0 && (lane & 3) == 0;
+    if (p.splits == 1) {
+      if (p.o_f32) {
+        float* orow = static_cast<float*>(p.o) + grow * kDv + c0;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+          *reinterpret_cast<float2*>(orow + 8 * j) =
+              make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      } else {
+        __nv_bfloat16* orow = static_cast<__nv_bfloat16*>(p.o) + grow * kDv + c0;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+          *reinterpret_cast<uint32_t*>(orow + 8 * j) =
+              sm90::pack_bf16(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      }
+      if (write_lse && p.lse) p.lse[grow] = lse;
+    } else {
+      const size_t prow_ws = size_t(blockIdx.y) * p.rows_total + grow;
+      float* orow = p.ws_o + prow_ws * kDv + c0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(orow + 8 * j) =
+            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (write_lse) p.ws_lse[prow_ws] = lse;
+    }
+  }
 }
 
 // One thread's share of the double-buffered KV tile pipeline, kThreads threads per CTA:

@@ -1,5 +1,6 @@
-// mla_decode_wide.cu — the wide MLA decode kernel (sm_90a): requests of more than 32 packed
-// (token, head) rows, in 64-row tiles, two warpgroups. Per KV tile of 64 keys, warpgroup w computes
+// mla_decode_wide.cu — the split-S MLA decode kernel (sm_90a): requests of more than 32 packed
+// (token, head) rows, in 64-row tiles, two warpgroups; production for fp8 KV (bf16 KV takes the
+// see-saw kernel, mla_decode_seesaw.cu). Per KV tile of 64 keys, warpgroup w computes
 //   S = Q·Kᵀ for keys [32w, 32w+32)      (wgmma m64n32k16, K = 576)
 // the warpgroups exchange row maxima, write P (bf16) to shared memory, and warpgroup w accumulates
 //   O[:, 256w, +256) += P·V               (wgmma m64n256k16)
@@ -42,19 +43,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
   const uint32_t sSum = sMax + 2 * 64 * 4;        // [2 WG][64 rows] f32
 
   const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
-  const int split = blockIdx.y, H = p.H;
   CtaWork cw;
   if (!cta_work(p, kRows, cw)) return;
-  const auto [q_len, rows, row0, k_len, q_start, slots, t_begin, t_end] = cw;
+  const int k_len = cw.k_len, t_begin = cw.t_begin, t_end = cw.t_end;
+  const int32_t* slots = cw.slots;
 
-  // This thread's two accumulator rows and the end of the keys each one sees (causal, bottom-right).
-  int rr[2], lim[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    rr[h] = 16 * wi + (lane >> 2) + 8 * h;
-    const int qi = (row0 + rr[h]) / H;
-    lim[h] = p.causal ? min(k_len, k_len - q_len + qi + 1) : k_len;
-  }
+  int rr[2], lim[2];  // this thread's accumulator rows and the keys each one sees
+  tile_rows_of_thread(p, cw, wi, lane, rr, lim);
 
   float o[128];  // O[64 rows][256w, +256) in the wgmma / mma.sync accumulator layout
 #pragma unroll
@@ -67,19 +62,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
 
   if (t_begin < t_end) {
     // ---- prologue: Q (zero rows past the request) + the first two tiles
-    {
-      const __nv_bfloat16* qbase = p.q + (size_t(q_start) * H + row0) * kD;
-      const int sub = tid & 7;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = (tid >> 3) + 32 * h;
-        const bool valid = row0 + row < rows;
-        const __nv_bfloat16* src = valid ? qbase + size_t(row) * kD + sub * 8 : p.q;
-#pragma unroll
-        for (int i = 0; i < 9; ++i)
-          cp_async(sQ + i * kChunkBytes + swz128(row, sub), valid ? src + i * 64 : p.q, valid);
-      }
-    }
+    load_q_tile(p, cw, sQ, tid);
     tile.start(t_begin, t_end, sl);
 
     for (int t = t_begin; t < t_end; ++t) {
@@ -218,41 +201,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
     if ((lane & 3) == 0) st_shared_f32(sSum + (wg * 64 + rr[h]) * 4, l_run[h]);
   }
   __syncthreads();
-  const int c0 = 256 * wg + 2 * (lane & 3);
+  float m[2], l[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int prow = row0 + rr[h];
-    if (prow >= rows) continue;
-    const float l = ld_shared_f32(sSum + rr[h] * 4) + ld_shared_f32(sSum + (64 + rr[h]) * 4);
-    const float inv = l > 0.f ? p.out_scale / l : 0.f;
-    const float lse = l > 0.f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : -INFINITY;
-    const size_t grow = size_t(q_start) * H + prow;  // row of o [T·H, 512]
-    const bool write_lse = wg == 0 && (lane & 3) == 0;
-    if (p.splits == 1) {
-      if (p.o_f32) {
-        float* orow = static_cast<float*>(p.o) + grow * kDv + c0;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          *reinterpret_cast<float2*>(orow + 8 * j) =
-              make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      } else {
-        __nv_bfloat16* orow = static_cast<__nv_bfloat16*>(p.o) + grow * kDv + c0;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          *reinterpret_cast<uint32_t*>(orow + 8 * j) =
-              pack_bf16(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      }
-      if (write_lse && p.lse) p.lse[grow] = lse;
-    } else {
-      const size_t prow_ws = size_t(split) * p.rows_total + grow;
-      float* orow = p.ws_o + prow_ws * kDv + c0;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(orow + 8 * j) =
-            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      if (write_lse) p.ws_lse[prow_ws] = lse;
-    }
+    m[h] = m_run[h];
+    l[h] = ld_shared_f32(sSum + rr[h] * 4) + ld_shared_f32(sSum + (64 + rr[h]) * 4);
   }
+  store_o_rows(p, cw, o, rr, m, l, wg, lane);
 }
 
 template <bool kWgS, bool kWgPV, bool kFp8>
@@ -277,7 +232,10 @@ void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, Wi
     case WideProducts::kMmaSWgmmaPV:
       if (!fp8) return launch<false, true, false>(kp, grid, stream);
       break;
-    case WideProducts::kWgmma: break;
+    case WideProducts::kWgmma:
+      if (!fp8) return launch_seesaw(kp, grid, stream);
+      break;
+    case WideProducts::kSplitS: break;
   }
   if (fp8) launch<true, true, true>(kp, grid, stream);
   else launch<true, true, false>(kp, grid, stream);

@@ -200,12 +200,15 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
 // registers per thread: asm operands %0 .. %(N/2 − 1), then da, db, scale_d, kTransA, kTransB.
 #define MLA_WG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define MLA_WG_D16(i) MLA_WG_D4(i), MLA_WG_D4(i + 4), MLA_WG_D4(i + 8), MLA_WG_D4(i + 12)
+#define MLA_WG_D32(i) MLA_WG_D16(i), MLA_WG_D16(i + 16)
 #define MLA_WG_D64(i) MLA_WG_D16(i), MLA_WG_D16(i + 16), MLA_WG_D16(i + 32), MLA_WG_D16(i + 48)
 #define MLA_WG_R4 "%0, %1, %2, %3"
 #define MLA_WG_R8 MLA_WG_R4 ", %4, %5, %6, %7"
 #define MLA_WG_R16 MLA_WG_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define MLA_WG_R32 \
+  MLA_WG_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define MLA_WG_R64                                                                                 \
-  MLA_WG_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+  MLA_WG_R32 ", "                                                                                  \
              "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "     \
              "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define MLA_WG_R128                                                                                \
@@ -229,27 +232,37 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
 MLA_WG_SS(8, MLA_WG_R4, 4, 5, 6, 7, 8, MLA_WG_D4(0))
 MLA_WG_SS(16, MLA_WG_R8, 8, 9, 10, 11, 12, MLA_WG_D4(0), MLA_WG_D4(4))
 MLA_WG_SS(32, MLA_WG_R16, 16, 17, 18, 19, 20, MLA_WG_D16(0))
+MLA_WG_SS(64, MLA_WG_R32, 32, 33, 34, 35, 36, MLA_WG_D32(0))
 MLA_WG_SS(128, MLA_WG_R64, 64, 65, 66, 67, 68, MLA_WG_D64(0))
 MLA_WG_SS(256, MLA_WG_R128, 128, 129, 130, 131, 132, MLA_WG_D64(0), MLA_WG_D64(64))
 
-// D[64×128] += A[64×16] · B[16×128], A from registers (the mma.m16n8k16 A fragment of each warp),
-// B from shared memory (MN-major when kTransB).
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" MLA_WG_R64 "}, "
-               "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-               : MLA_WG_D64(0)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(kTransB));
-}
+// wgmma_m64nNk16_rs<kTransB>(d, a, db, scale_d): D[64×N] (+)= A[64×16] · B[16×N], A from registers
+// (the mma.m16n8k16 A fragment of each warp: rows 16·warp + [0, 16)), B from shared memory
+// (MN-major when kTransB); operands: D, then a[0..3], db, scale_d, kTransB.
+#define MLA_WG_RS(N, R, A0, A1, A2, A3, B, S, TB, ...)                                              \
+  template <int kTransB>                                                                           \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_rs(float (&d)[N / 2], const uint32_t (&a)[4], \
+                                                        uint64_t db, int scale_d = 1) {            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" R "}, "              \
+                 "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #B ", p, 1, 1, %" #TB ";\n}\n"         \
+                 : __VA_ARGS__                                                                     \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB)); \
+  }
+MLA_WG_RS(64, MLA_WG_R32, 32, 33, 34, 35, 36, 37, 38, MLA_WG_D32(0))
+MLA_WG_RS(128, MLA_WG_R64, 64, 65, 66, 67, 68, 69, 70, MLA_WG_D64(0))
+MLA_WG_RS(256, MLA_WG_R128, 128, 129, 130, 131, 132, 133, 134, MLA_WG_D64(0), MLA_WG_D64(64))
 
+#undef MLA_WG_RS
 #undef MLA_WG_SS
 #undef MLA_WG_R128
 #undef MLA_WG_R64
+#undef MLA_WG_R32
 #undef MLA_WG_R16
 #undef MLA_WG_R8
 #undef MLA_WG_R4
 #undef MLA_WG_D64
+#undef MLA_WG_D32
 #undef MLA_WG_D16
 #undef MLA_WG_D4
 

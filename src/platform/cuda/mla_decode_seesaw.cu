@@ -1,0 +1,403 @@
+// mla_decode_seesaw.cu — the 64-row MLA decode kernel for bf16 KV (sm_90a): requests of more than 32
+// packed (token, head) rows, e.g. 128 heads, where the products, not the KV bytes, set the time.
+//
+// Two warpgroups take KV tiles in pairs (t, t + 1) and see-saw between them. Each computes the whole
+// S = Q·Kᵀ [64 rows][64 keys] of its own tile (wgmma m64n64k16: K = 576, Q from shared memory, its
+// last 64 columns from registers), and each holds half of O [64 rows][512]:
+//   WG0: S0 = Q·K_tᵀ        softmax(S0) → P0, O_L = O_L·α0 + P0·V_t[:, :256]        (P0 in registers)
+//   WG1: S1 = Q·K_{t+1}ᵀ    softmax(S1) → P1, O_R = O_R·α0α1 + P1·V_{t+1}[:, 256:]  (P1 in registers)
+//   WG0: O_L = O_L·α1 + P1·V_{t+1}[:, :256]   (P1 through shared memory)
+//   WG1: O_R += (P0·α1)·V_t[:, 256:]          (P0, rescaled, through shared memory)
+// where α0 / α1 rescale for the running max after tile t / t + 1 (one max per row, kept in shared
+// memory). So one warpgroup's softmax runs while the other's products keep the tensor cores busy,
+// and every product is m64n64 or m64n256. V is the first 512 columns of the K tile, read MN-major.
+//
+// KV tiles stream into two buffers (tile t → buffer t − t_begin mod 2), gathered row by row through
+// the slot table with cp.async (any page size). A buffer is reloaded in halves, columns [0, 256)
+// (chunks 0–3) and [256, 576) (chunks 4–8), each by the warpgroup that reads it last (WG0 the low
+// halves, WG1 the high ones) as soon as it is free. Every 64-column chunk has its own mbarrier, on
+// which the loading warpgroup's 128 threads arrive as their copies land, so S starts on the first
+// chunk. Keys past the request are zero-filled, never NaN.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "platform/cuda/mla_decode_launch.h"
+#include "platform/cuda/mla_decode_tile.cuh"
+#include "platform/cuda/sm90.cuh"
+
+namespace mla::cuda::mla_decode {
+namespace {
+
+using namespace sm90;
+
+constexpr int kThreads = 256;  // two warpgroups
+// Shared memory, from a 1 KiB-aligned base.
+constexpr int kOffQ = 0;                        // Q [64 rows][576] as 9 swizzled chunks; chunk 8
+                                                // holds P1 once Q's last 64 columns are in registers
+constexpr int kOffK0 = kTileBytes;              // KV buffer 0 [64 keys][576]
+constexpr int kOffK1 = 2 * kTileBytes;          // KV buffer 1
+constexpr int kOffP0 = 3 * kTileBytes;          // P0 [64 rows][64 keys] bf16, swizzled
+constexpr int kOffL = kOffP0;                   // f32 [2][64]: row sums, in P0's place at the end
+constexpr int kOffM = kOffP0 + kChunkBytes;     // f32 [64]: running row max (log2 units)
+constexpr int kOffA0 = kOffM + 256;             // f32 [64]: α0 of the current pair
+constexpr int kOffA1 = kOffA0 + 256;            // f32 [64]: α1
+constexpr int kOffBar = kOffA1 + 256;           // mbarriers [2 buffers][9 chunks]
+constexpr int kSmemBytes = kOffBar + 18 * 8 + 1024;  // + slack to align the base to 1 KiB
+static_assert(kSmemBytes <= 227 * 1024, "the see-saw kernel's shared memory exceeds the H200's 227 KiB");
+
+// Named barriers (0 is __syncthreads): one warpgroup arrives, the other waits.
+constexpr int kBarA0 = 1;     // α0 and the max after tile t are in shared memory (WG0 → WG1)
+constexpr int kBarA1 = 2;     // α1 and the max after tile t + 1 (WG1 → WG0)
+constexpr int kBarP0 = 3;     // P0·α1 is in shared memory (WG0 → WG1)
+constexpr int kBarP1 = 4;     // P1 is in shared memory and WG1 issued its P0 product (WG1 → WG0)
+
+struct Seesaw {
+  const KParams& p;
+  const CtaWork& w;
+  uint32_t sQ, sK[2], sP0, sP1, sM, sA0, sA1, bar;  // bar: [buffer][chunk] mbarriers
+  int wt, wi, lane;                                  // thread in warpgroup, warp in warpgroup, lane
+  int rr[2], lim[2];                                 // this thread's rows and their key limits
+
+  __device__ uint32_t barrier(int buf, int chunk) const { return bar + (9 * buf + chunk) * 8; }
+
+  // Chunks [C0, C1) of KV tile t → buffer buf, by this warpgroup, 8 threads per key, 16 keys per
+  // pass; its threads arrive on each chunk's barrier when their copies of it land.
+  template <int C0, int C1>
+  __device__ __forceinline__ void load(int buf, int t) const {
+    const int sub = wt & 7;
+    const uint8_t* src[4];
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const int kidx = t * kKeys + (wt >> 3) + 16 * h;
+      src[h] = kidx < w.k_len ? p.kv + size_t(__ldg(w.slots + kidx)) * (kD * 2) + sub * 16 : nullptr;
+    }
+#pragma unroll
+    for (int c = C0; c < C1; ++c) {
+#pragma unroll
+      for (int h = 0; h < 4; ++h)
+        cp_async(sK[buf] + c * kChunkBytes + swz128((wt >> 3) + 16 * h, sub), src[h] ? src[h] + c * 128 : p.kv,
+                 src[h] != nullptr);
+      cp_async_mbar_arrive(barrier(buf, c));
+    }
+  }
+
+  // s (+)= Q[:, chunks C0..C1) · K[:, same]ᵀ from buffer buf, each chunk once it has landed; one
+  // commit group. Chunk 8 (the RoPE columns) takes Q from registers.
+  template <int C0, int C1>
+  __device__ __forceinline__ void qk(float (&s)[32], int buf, int phase, const uint32_t (&q8)[4][4],
+                                     bool first) const {
+#pragma unroll
+    for (int c = C0; c < C1; ++c) {
+      mbar_wait(barrier(buf, c), phase);
+      fence_proxy_async();
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint64_t kd = sw128_desc(sK[buf] + c * kChunkBytes + k * 32, 16, 1024);
+        const int acc = first && c == C0 && k == 0 ? 0 : 1;
+        if (c < 8) wgmma_m64n64k16_ss<0, 0>(s, sw128_desc(sQ + c * kChunkBytes + k * 32, 16, 1024), kd, acc);
+        else wgmma_m64n64k16_rs<0>(s, q8[k], kd, acc);
+      }
+    }
+    wgmma_commit();
+  }
+
+  // o += P · V[:, 256·half, +256) of buffer buf; P from registers (pb) or from shared memory (sp).
+  __device__ __forceinline__ uint64_t vdesc(int buf, int half, int kk) const {
+    return sw128_desc(sK[buf] + half * 4 * kChunkBytes + kk * 2048, p.v_lbo, p.v_sbo);
+  }
+  __device__ __forceinline__ void pv_regs(float (&o)[128], const uint32_t (&pb)[4][4], int buf, int half) const {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs<1>(o, pb[kk], vdesc(buf, half, kk), 1);
+    wgmma_commit();
+  }
+  __device__ __forceinline__ void pv_smem(float (&o)[128], uint32_t sp, int buf, int half) const {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n256k16_ss<0, 1>(o, sw128_desc(sp + kk * 32, 16, 1024), vdesc(buf, half, kk), 1);
+    wgmma_commit();
+  }
+
+  // The row maxima of tile t in log2 units (over the quad of threads sharing a row). Keys past a
+  // row's limit become −inf first; only a tile that reaches past the smaller limit has any.
+  __device__ __forceinline__ void tile_max(float (&s)[32], int t, float (&mx)[2]) const {
+    if ((t + 1) * kKeys > min(lim[0], lim[1])) {
+      const int kbase = t * kKeys + 2 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (kbase + 8 * j + (e & 1) >= lim[e >> 1]) s[4 * j + e] = -INFINITY;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      mx[h] = m * p.scale_log2;
+    }
+  }
+  // Folds the tile's maxima into the shared running max; returns the new max (0 for a row with no
+  // key yet) in base and the factor for what was accumulated before in alpha, and stores alpha at sA.
+  __device__ __forceinline__ void update_max(const float (&mx)[2], uint32_t sA, float (&base)[2],
+                                             float (&alpha)[2]) const {
+    float m_new[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_old = ld_shared_f32(sM + rr[h] * 4);
+      m_new[h] = fmaxf(m_old, mx[h]);
+      base[h] = m_new[h] == -INFINITY ? 0.f : m_new[h];
+      alpha[h] = ex2(m_old - base[h]);
+    }
+    __syncwarp();  // the quad's reads of the old max come first
+    if ((lane & 3) == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st_shared_f32(sM + rr[h] * 4, m_new[h]);
+        st_shared_f32(sA + rr[h] * 4, alpha[h]);
+      }
+  }
+  // s ← exp2(s · scale − base) (f32, kept), pb ← bf16(s) as the A fragments of the P·V product;
+  // returns the row sums of this thread's keys.
+  __device__ __forceinline__ void exponentiate(float (&s)[32], const float (&base)[2], uint32_t (&pb)[4][4],
+                                               float (&sum)[2]) const {
+    sum[0] = sum[1] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = ex2(fmaf(s[4 * j + e], p.scale_log2, -base[e >> 1]));
+        s[4 * j + e] = v;
+        sum[e >> 1] += v;
+      }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pb[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  }
+  // P [64 rows][64 keys] → shared memory at sp (swizzled, the A operand of pv_smem); scale per row.
+  __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t sp, const float (&scale)[2]) const {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        st_shared_u32(sp + swz128(rr[h], j) + (lane & 3) * 4,
+                      pack_bf16(s[4 * j + 2 * h] * scale[h], s[4 * j + 2 * h + 1] * scale[h]));
+  }
+  static __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&f)[2]) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j + 0] *= f[0];
+      o[4 * j + 1] *= f[0];
+      o[4 * j + 2] *= f[1];
+      o[4 * j + 3] *= f[1];
+    }
+  }
+
+  // One pair (t, t + 1) for warpgroup 0, S0 = S(t) in s. kAhead = how many of t + 1, t + 2, t + 3
+  // exist. Leaves S(t + 2) in s. Each reload is issued as soon as the half it overwrites is free.
+  template <int kAhead>
+  __device__ __forceinline__ void wg0_pair(int t, int phase_next, float (&o)[128], float (&s)[32],
+                                           float (&l)[2], const uint32_t (&q8)[4][4]) const {
+    float mx[2], base[2], alpha[2], sum[2];
+    uint32_t pb[4][4];
+    tile_max(s, t, mx);
+    update_max(mx, sA0, base, alpha);
+    named_bar_arrive(kBarA0, kThreads);  // WG1 needs only the max and α0
+    scale_rows(o, alpha);
+    exponentiate(s, base, pb, sum);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
+    pv_regs(o, pb, 0, 0);  // O_L += P0 · V_t[:, :256]
+    wgmma_wait<0>();
+    reg_fence(o);
+    if constexpr (kAhead >= 2) load<0, 4>(0, t + 2);  // buffer 0's low half is read by nobody now
+    named_bar_sync(kBarA1, kThreads);
+    float a1[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) a1[h] = ld_shared_f32(sA1 + rr[h] * 4);
+    store_p(s, sP0, a1);
+    fence_proxy_async();
+    named_bar_arrive(kBarP0, kThreads);
+    if constexpr (kAhead >= 1) {
+      named_bar_sync(kBarP1, kThreads);
+      scale_rows(o, a1);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[h] *= a1[h];
+      pv_smem(o, sP1, 1, 0);  // O_L += P1 · V_{t+1}[:, :256]
+    }
+    if constexpr (kAhead >= 2) {
+      qk<0, 4>(s, 0, phase_next, q8, true);
+      if constexpr (kAhead >= 3) {
+        wgmma_wait<1>();  // the P1 product is done: buffer 1's low half is free
+        load<0, 4>(1, t + 3);
+      }
+      qk<4, 9>(s, 0, phase_next, q8, false);
+    }
+    wgmma_wait<0>();
+    reg_fence(o);
+    reg_fence(s);
+  }
+
+  // One pair for warpgroup 1, S1 = S(t + 1) in s (when it exists). Leaves S(t + 3) in s. sA0 stays
+  // valid after the α1 arrival: WG0 rewrites it only after this warpgroup's P1 arrival.
+  template <int kAhead>
+  __device__ __forceinline__ void wg1_pair(int t, int phase_next, float (&o)[128], float (&s)[32],
+                                           float (&l)[2], const uint32_t (&q8)[4][4]) const {
+    float mx[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], sum[2] = {0.f, 0.f};
+    uint32_t pb[4][4];
+    if constexpr (kAhead >= 1) tile_max(s, t + 1, mx);
+    named_bar_sync(kBarA0, kThreads);
+    update_max(mx, sA1, base, alpha);
+    named_bar_arrive(kBarA1, kThreads);  // WG0 needs only α1
+    float f[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) f[h] = alpha[h] * ld_shared_f32(sA0 + rr[h] * 4);
+    if constexpr (kAhead >= 1) exponentiate(s, base, pb, sum);
+    scale_rows(o, f);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * f[h] + sum[h];
+    if constexpr (kAhead >= 1) {
+      const float one[2] = {1.f, 1.f};
+      store_p(s, sP1, one);
+      fence_proxy_async();
+      pv_regs(o, pb, 1, 1);  // O_R += P1 · V_{t+1}[:, 256:]
+    }
+    if constexpr (kAhead >= 3) {
+      wgmma_wait<0>();  // the P1 product is done: buffer 1's high half is free
+      load<4, 9>(1, t + 3);
+    }
+    named_bar_sync(kBarP0, kThreads);
+    pv_smem(o, sP0, 0, 1);  // O_R += (P0·α1) · V_t[:, 256:]
+    if constexpr (kAhead >= 1) named_bar_arrive(kBarP1, kThreads);
+    if constexpr (kAhead >= 2) {
+      wgmma_wait<0>();  // the P0 product is done: buffer 0's high half is free
+      load<4, 9>(0, t + 2);
+    }
+    if constexpr (kAhead >= 3) {
+      qk<4, 9>(s, 1, phase_next, q8, true);
+      qk<0, 4>(s, 1, phase_next, q8, false);
+    }
+    wgmma_wait<0>();
+    reg_fence(o);
+    reg_fence(s);
+  }
+};
+
+// grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA per SM.
+__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const int tid = threadIdx.x, wg = tid >> 7;
+  CtaWork cw;
+  if (!cta_work(p, kRows, cw)) return;
+  Seesaw ss{p, cw};
+  ss.sQ = sbase + kOffQ;
+  ss.sK[0] = sbase + kOffK0;
+  ss.sK[1] = sbase + kOffK1;
+  ss.sP0 = sbase + kOffP0;
+  ss.sP1 = ss.sQ + 8 * kChunkBytes;
+  ss.sM = sbase + kOffM;
+  ss.sA0 = sbase + kOffA0;
+  ss.sA1 = sbase + kOffA1;
+  ss.bar = sbase + kOffBar;
+  ss.wt = tid & 127;
+  ss.wi = (tid >> 5) & 3;
+  ss.lane = tid & 31;
+  tile_rows_of_thread(p, cw, ss.wi, ss.lane, ss.rr, ss.lim);
+  const int t_begin = cw.t_begin, t_end = cw.t_end;
+
+  // ---- prologue: barriers, the running max, Q, the first two tiles; Q's RoPE columns → registers
+  if (tid == 0) {
+    for (int i = 0; i < 18; ++i) mbar_init(ss.bar + 8 * i, 128);
+    fence_mbarrier_init();
+  }
+  if (tid < 64) st_shared_f32(ss.sM + tid * 4, -INFINITY);
+  load_q_tile(p, cw, ss.sQ, tid);
+  cp_async_commit();
+  __syncthreads();  // barriers initialized
+  if (t_begin < t_end) {
+    if (wg == 0) {
+      ss.load<0, 4>(0, t_begin);
+      if (t_begin + 1 < t_end) ss.load<0, 4>(1, t_begin + 1);
+    } else {
+      ss.load<4, 9>(0, t_begin);
+      if (t_begin + 1 < t_end) ss.load<4, 9>(1, t_begin + 1);
+    }
+  }
+  cp_async_wait<0>();  // Q (the tiles' copies are in no commit group)
+  fence_proxy_async();
+  __syncthreads();
+  uint32_t q8[4][4];  // Q[:, 512 + 16k, +16) as A fragments
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    ldmatrix_x4(q8[k], ss.sQ + 8 * kChunkBytes + swz128(16 * ss.wi + (ss.lane & 15), 2 * k + (ss.lane >> 4)));
+  __syncthreads();  // Q's chunk 8 now holds P1
+
+  float o[128];  // O[64 rows][256·wg, +256)
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float s[32];  // S of this warpgroup's current tile
+  float l[2] = {0.f, 0.f};
+  if (t_begin < t_end) {
+    if (wg == 0) {
+      ss.qk<0, 4>(s, 0, 0, q8, true);
+      ss.qk<4, 9>(s, 0, 0, q8, false);
+    } else if (t_begin + 1 < t_end) {
+      ss.qk<4, 9>(s, 1, 0, q8, true);
+      ss.qk<0, 4>(s, 1, 0, q8, false);
+    }
+    wgmma_wait<0>();
+    reg_fence(s);
+  }
+
+  // ---- the pairs of tiles
+  for (int t = t_begin; t < t_end; t += 2) {
+    const int ahead = t_end - 1 - t, phase_next = (((t - t_begin) >> 1) + 1) & 1;
+    if (wg == 0) {
+      if (ahead >= 3) ss.wg0_pair<3>(t, phase_next, o, s, l, q8);
+      else if (ahead == 2) ss.wg0_pair<2>(t, phase_next, o, s, l, q8);
+      else if (ahead == 1) ss.wg0_pair<1>(t, phase_next, o, s, l, q8);
+      else ss.wg0_pair<0>(t, phase_next, o, s, l, q8);
+    } else {
+      if (ahead >= 3) ss.wg1_pair<3>(t, phase_next, o, s, l, q8);
+      else if (ahead == 2) ss.wg1_pair<2>(t, phase_next, o, s, l, q8);
+      else if (ahead == 1) ss.wg1_pair<1>(t, phase_next, o, s, l, q8);
+      else ss.wg1_pair<0>(t, phase_next, o, s, l, q8);
+    }
+  }
+
+  // ---- epilogue: both warpgroups' sums, the final max, normalize, write
+  const uint32_t sL = sbase + kOffL;
+  __syncthreads();  // sL is P0's place: WG1's last product may read P0 until here
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    if ((ss.lane & 3) == 0) st_shared_f32(sL + (wg * 64 + ss.rr[h]) * 4, l[h]);
+  }
+  __syncthreads();
+  float m[2], lt[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4);
+    lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
+  }
+  store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
+}
+
+}  // namespace
+
+void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream) {
+  static bool smem_set[64] = {};
+  set_smem_limit_once(mla_seesaw_kernel, kSmemBytes, smem_set);
+  mla_seesaw_kernel<<<grid, kThreads, kSmemBytes, stream>>>(kp);
+}
+
+}  // namespace mla::cuda::mla_decode
