@@ -376,9 +376,9 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
     bool f32;
     int variant;
   };
-  // "wgmma": the production dispatch (narrow swap-AB kernel for ≤ 32 rows, else 64-row tiles: the
-  // see-saw kernel for bf16 KV); "wide": 64-row tiles forced; "splitS": the split-S 64-row kernel
-  // (production for fp8 KV); "mma": its mma.sync variant.
+  // "wgmma": the production dispatch (narrow swap-AB kernel for ≤ 32 rows, else the 64-row see-saw
+  // kernel); "wide": 64-row tiles forced; "splitS": the split-S 64-row kernel; "mma": its mma.sync
+  // variant.
   std::vector<Variant> variants = {{"wgmma auto", false, 0, false, 0},
                                    {"wgmma s=1", false, 1, false, 0},
                                    {"wgmma s=3 f32", false, 3, true, 0},
@@ -717,6 +717,7 @@ void run_benches() {
       {"h16  b128 sq1 sk4096 fp8 wide", 16, 128, 1, 4096, true, false, 8},
       {"h128 b128 sq1 sk4096 bf16 splitS", 128, 128, 1, 4096, false, false, 16},
       {"h128 b128 sq2 sk4096 bf16 splitS", 128, 128, 2, 4096, false, false, 16},
+      {"h128 b128 sq1 sk4096 fp8 splitS", 128, 128, 1, 4096, true, false, 16},
       {"h128 b128 sq1 sk1024 bf16", 128, 128, 1, 1024, false, false},
       {"h128 b16  sq1 sk4096 bf16", 128, 16, 1, 4096, false, false},
       {"h128 b128 sq1 sk4096 bf16 mma", 128, 128, 1, 4096, false, true},

@@ -41,16 +41,15 @@ struct KParams {
   uint32_t v_sbo;     //                          bytes between 8-key groups
 };
 
-// The 64-row kernels: kWgmma is production (bf16 KV: the see-saw kernel, mla_decode_seesaw.cu; fp8
-// KV: the split-S kernel, mla_decode_wide.cu); kSplitS the split-S kernel for bf16 too; the rest are
-// the split-S kernel with mma.sync for both products (the reference path) or one of each (bf16 KV
-// only; debugging aids).
+// The 64-row kernels: kWgmma is production (the see-saw kernel, mla_decode_seesaw.cu); kSplitS the
+// split-S kernel (mla_decode_wide.cu); the rest are the split-S kernel with mma.sync for both
+// products (the reference path) or one of each (bf16 KV only; debugging aids).
 enum class WideProducts { kWgmma, kSplitS, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV };
 
 // grid (row tiles, splits, requests); each launcher sets its kernel's shared-memory limit once per
 // device.
 void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products);
-void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream);  // bf16 KV
+void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8);
 // tile_rows: 8, 16 or 32.
 void launch_narrow(const KParams& kp, dim3 grid, cudaStream_t stream, int tile_rows, bool fp8);
 // Merges the kp.splits partial results of the workspace into kp.o / kp.lse.

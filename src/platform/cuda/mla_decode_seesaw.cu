@@ -1,4 +1,4 @@
-// mla_decode_seesaw.cu — the 64-row MLA decode kernel for bf16 KV (sm_90a): requests of more than 32
+// mla_decode_seesaw.cu — the 64-row MLA decode kernel (sm_90a, bf16 or fp8 KV): requests of more than 32
 // packed (token, head) rows, e.g. 128 heads, where the products, not the KV bytes, set the time.
 //
 // Two warpgroups take KV tiles in pairs (t, t + 1) and see-saw between them. Each computes the whole
@@ -18,6 +18,12 @@
 // halves, WG1 the high ones) as soon as it is free. Every 64-column chunk has its own mbarrier, on
 // which the loading warpgroup's 128 threads arrive as their copies land, so S starts on the first
 // chunk. Keys past the request are zero-filled, never NaN.
+//
+// fp8 KV (e4m3, × kv_scale folded into the softmax and output scales): a half's raw rows land in the
+// top of its own bf16 area (half its size) and the warpgroup computing S widens them in place,
+// chunk by chunk, just before its products on the chunk (exact: every e4m3 value is a bf16 value).
+// Chunk c's bf16 output covers only raw chunks already widened, except for a half's last chunk
+// (3, 8), whose raw rows are read into registers before any thread writes.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -52,7 +58,9 @@ constexpr int kBarA0 = 1;     // α0 and the max after tile t are in shared memo
 constexpr int kBarA1 = 2;     // α1 and the max after tile t + 1 (WG1 → WG0)
 constexpr int kBarP0 = 3;     // P0·α1 is in shared memory (WG0 → WG1)
 constexpr int kBarP1 = 4;     // P1 is in shared memory and WG1 issued its P0 product (WG1 → WG0)
+constexpr int kBarWiden = 5;  // fp8, 5 + warpgroup: its threads widened (or read) a chunk
 
+template <bool kFp8>
 struct Seesaw {
   const KParams& p;
   const CtaWork& w;
@@ -64,8 +72,28 @@ struct Seesaw {
 
   // Chunks [C0, C1) of KV tile t → buffer buf, by this warpgroup, 8 threads per key, 16 keys per
   // pass; its threads arrive on each chunk's barrier when their copies of it land.
+  // fp8: raw chunk c [64 keys][64 bytes] in the top of its half's bf16 area.
+  static constexpr uint32_t raw_offset(int c) { return c < 4 ? 16384 + 4096 * c : 53248 + 4096 * (c - 4); }
+
   template <int C0, int C1>
   __device__ __forceinline__ void load(int buf, int t) const {
+    if constexpr (kFp8) {  // 4 threads per key, 32 keys per pass
+      const uint8_t* src[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int kidx = t * kKeys + (wt >> 2) + 32 * i;
+        src[i] = kidx < w.k_len ? p.kv + size_t(__ldg(w.slots + kidx)) * kD + (wt & 3) * 16 : nullptr;
+      }
+#pragma unroll
+      for (int c = C0; c < C1; ++c) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          cp_async(sK[buf] + raw_offset(c) + ((wt >> 2) + 32 * i) * 64 + (wt & 3) * 16,
+                   src[i] ? src[i] + c * 64 : p.kv, src[i] != nullptr);
+        cp_async_mbar_arrive(barrier(buf, c));
+      }
+      return;
+    }
     const int sub = wt & 7;
     const uint8_t* src[4];
 #pragma unroll
@@ -85,13 +113,15 @@ struct Seesaw {
 
   // s (+)= Q[:, chunks C0..C1) · K[:, same]ᵀ from buffer buf, each chunk once it has landed; one
   // commit group. Chunk 8 (the RoPE columns) takes Q from registers.
-  template <int C0, int C1>
+  template <int C0, int C1, int kWg>
   __device__ __forceinline__ void qk(float (&s)[32], int buf, int phase, const uint32_t (&q8)[4][4],
                                      bool first) const {
 #pragma unroll
     for (int c = C0; c < C1; ++c) {
       mbar_wait(barrier(buf, c), phase);
+      if constexpr (kFp8) widen<kWg>(buf, c);
       fence_proxy_async();
+      if constexpr (kFp8) named_bar_sync(kBarWiden + kWg, 128);  // all of chunk c is bf16
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -102,6 +132,29 @@ struct Seesaw {
       }
     }
     wgmma_commit();
+  }
+
+  // fp8: raw chunk c of buffer buf → bf16 chunk c, by the warpgroup computing S (4 threads per key).
+  template <int kWg>
+  __device__ __forceinline__ void widen(int buf, int c) const {
+    uint4 v[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v[i] = ld_shared_v4(sK[buf] + raw_offset(c) + ((wt >> 2) + 32 * i) * 64 + (wt & 3) * 16);
+    if (c == 3 || c == 8) named_bar_sync(kBarWiden + kWg, 128);  // own raw rows read
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t w4[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+      uint32_t b[8];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        b[2 * k] = fp8x2_to_bf16x2(w4[k] & 0xffffu);
+        b[2 * k + 1] = fp8x2_to_bf16x2(w4[k] >> 16);
+      }
+      const uint32_t dst = sK[buf] + c * kChunkBytes;
+      const int key = (wt >> 2) + 32 * i, sub = wt & 3;
+      st_shared_v4(dst + swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
+      st_shared_v4(dst + swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
+    }
   }
 
   // o += P · V[:, 256·half, +256) of buffer buf; P from registers (pb) or from shared memory (sp).
@@ -233,12 +286,12 @@ struct Seesaw {
       pv_smem(o, sP1, 1, 0);  // O_L += P1 · V_{t+1}[:, :256]
     }
     if constexpr (kAhead >= 2) {
-      qk<0, 4>(s, 0, phase_next, q8, true);
+      qk<0, 4, 0>(s, 0, phase_next, q8, true);
       if constexpr (kAhead >= 3) {
         wgmma_wait<1>();  // the P1 product is done: buffer 1's low half is free
         load<0, 4>(1, t + 3);
       }
-      qk<4, 9>(s, 0, phase_next, q8, false);
+      qk<4, 9, 0>(s, 0, phase_next, q8, false);
     }
     wgmma_wait<0>();
     reg_fence(o);
@@ -281,8 +334,8 @@ struct Seesaw {
       load<4, 9>(0, t + 2);
     }
     if constexpr (kAhead >= 3) {
-      qk<4, 9>(s, 1, phase_next, q8, true);
-      qk<0, 4>(s, 1, phase_next, q8, false);
+      qk<4, 9, 1>(s, 1, phase_next, q8, true);
+      qk<0, 4, 1>(s, 1, phase_next, q8, false);
     }
     wgmma_wait<0>();
     reg_fence(o);
@@ -291,13 +344,14 @@ struct Seesaw {
 };
 
 // grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA per SM.
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const int tid = threadIdx.x, wg = tid >> 7;
   CtaWork cw;
   if (!cta_work(p, kRows, cw)) return;
-  Seesaw ss{p, cw};
+  Seesaw<kFp8> ss{p, cw};
   ss.sQ = sbase + kOffQ;
   ss.sK[0] = sbase + kOffK0;
   ss.sK[1] = sbase + kOffK1;
@@ -324,11 +378,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   __syncthreads();  // barriers initialized
   if (t_begin < t_end) {
     if (wg == 0) {
-      ss.load<0, 4>(0, t_begin);
-      if (t_begin + 1 < t_end) ss.load<0, 4>(1, t_begin + 1);
+      ss.template load<0, 4>(0, t_begin);
+      if (t_begin + 1 < t_end) ss.template load<0, 4>(1, t_begin + 1);
     } else {
-      ss.load<4, 9>(0, t_begin);
-      if (t_begin + 1 < t_end) ss.load<4, 9>(1, t_begin + 1);
+      ss.template load<4, 9>(0, t_begin);
+      if (t_begin + 1 < t_end) ss.template load<4, 9>(1, t_begin + 1);
     }
   }
   cp_async_wait<0>();  // Q (the tiles' copies are in no commit group)
@@ -347,11 +401,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   float l[2] = {0.f, 0.f};
   if (t_begin < t_end) {
     if (wg == 0) {
-      ss.qk<0, 4>(s, 0, 0, q8, true);
-      ss.qk<4, 9>(s, 0, 0, q8, false);
+      ss.template qk<0, 4, 0>(s, 0, 0, q8, true);
+      ss.template qk<4, 9, 0>(s, 0, 0, q8, false);
     } else if (t_begin + 1 < t_end) {
-      ss.qk<4, 9>(s, 1, 0, q8, true);
-      ss.qk<0, 4>(s, 1, 0, q8, false);
+      ss.template qk<4, 9, 1>(s, 1, 0, q8, true);
+      ss.template qk<0, 4, 1>(s, 1, 0, q8, false);
     }
     wgmma_wait<0>();
     reg_fence(s);
@@ -361,15 +415,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   for (int t = t_begin; t < t_end; t += 2) {
     const int ahead = t_end - 1 - t, phase_next = (((t - t_begin) >> 1) + 1) & 1;
     if (wg == 0) {
-      if (ahead >= 3) ss.wg0_pair<3>(t, phase_next, o, s, l, q8);
-      else if (ahead == 2) ss.wg0_pair<2>(t, phase_next, o, s, l, q8);
-      else if (ahead == 1) ss.wg0_pair<1>(t, phase_next, o, s, l, q8);
-      else ss.wg0_pair<0>(t, phase_next, o, s, l, q8);
+      if (ahead >= 3) ss.template wg0_pair<3>(t, phase_next, o, s, l, q8);
+      else if (ahead == 2) ss.template wg0_pair<2>(t, phase_next, o, s, l, q8);
+      else if (ahead == 1) ss.template wg0_pair<1>(t, phase_next, o, s, l, q8);
+      else ss.template wg0_pair<0>(t, phase_next, o, s, l, q8);
     } else {
-      if (ahead >= 3) ss.wg1_pair<3>(t, phase_next, o, s, l, q8);
-      else if (ahead == 2) ss.wg1_pair<2>(t, phase_next, o, s, l, q8);
-      else if (ahead == 1) ss.wg1_pair<1>(t, phase_next, o, s, l, q8);
-      else ss.wg1_pair<0>(t, phase_next, o, s, l, q8);
+      if (ahead >= 3) ss.template wg1_pair<3>(t, phase_next, o, s, l, q8);
+      else if (ahead == 2) ss.template wg1_pair<2>(t, phase_next, o, s, l, q8);
+      else if (ahead == 1) ss.template wg1_pair<1>(t, phase_next, o, s, l, q8);
+      else ss.template wg1_pair<0>(t, phase_next, o, s, l, q8);
     }
   }
 
@@ -394,10 +448,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
 
 }  // namespace
 
-void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream) {
-  static bool smem_set[64] = {};
-  set_smem_limit_once(mla_seesaw_kernel, kSmemBytes, smem_set);
-  mla_seesaw_kernel<<<grid, kThreads, kSmemBytes, stream>>>(kp);
+void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8) {
+  static bool smem_set[2][64] = {};
+  if (fp8) {
+    set_smem_limit_once(mla_seesaw_kernel<true>, kSmemBytes, smem_set[1]);
+    mla_seesaw_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(kp);
+  } else {
+    set_smem_limit_once(mla_seesaw_kernel<false>, kSmemBytes, smem_set[0]);
+    mla_seesaw_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(kp);
+  }
 }
 
 }  // namespace mla::cuda::mla_decode

@@ -1,6 +1,6 @@
 // mla_decode_wide.cu — the split-S MLA decode kernel (sm_90a): requests of more than 32 packed
-// (token, head) rows, in 64-row tiles, two warpgroups; production for fp8 KV (bf16 KV takes the
-// see-saw kernel, mla_decode_seesaw.cu). Per KV tile of 64 keys, warpgroup w computes
+// (token, head) rows, in 64-row tiles, two warpgroups; kept beside the see-saw kernel
+// (mla_decode_seesaw.cu, production) as its comparison and, with mma.sync products, the reference path. Per KV tile of 64 keys, warpgroup w computes
 //   S = Q·Kᵀ for keys [32w, 32w+32)      (wgmma m64n32k16, K = 576)
 // the warpgroups exchange row maxima, write P (bf16) to shared memory, and warpgroup w accumulates
 //   O[:, 256w, +256) += P·V               (wgmma m64n256k16)
@@ -232,9 +232,7 @@ void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, Wi
     case WideProducts::kMmaSWgmmaPV:
       if (!fp8) return launch<false, true, false>(kp, grid, stream);
       break;
-    case WideProducts::kWgmma:
-      if (!fp8) return launch_seesaw(kp, grid, stream);
-      break;
+    case WideProducts::kWgmma: return launch_seesaw(kp, grid, stream, fp8);
     case WideProducts::kSplitS: break;
   }
   if (fp8) launch<true, true, true>(kp, grid, stream);
