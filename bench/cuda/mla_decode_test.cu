@@ -572,7 +572,8 @@ struct BenchCase {
   int H, B, s_q, s_k;
   bool fp8;
   bool mma;
-  int variant = 0;  // 8: 64-row tiles forced
+  int variant = 0;  // tuning bits (8: 64-row tiles forced, 16: split-S)
+  int splits = 0;   // > 0: this KV split count, not the heuristic's
 };
 
 void run_bench(const BenchCase& bc) {
@@ -628,7 +629,7 @@ void run_bench(const BenchCase& bc) {
   CK(cudaMalloc(&d_lse, rows * 4));
   const size_t ws_bytes = mla_fast_workspace_bytes(pb.T, pb.H, g_sms);
   if (ws_bytes) CK(cudaMalloc(&d_ws, ws_bytes));
-  const MlaDecodeTuning tuning{0, bc.mma, bc.variant | g_base_variant};
+  const MlaDecodeTuning tuning{bc.splits, bc.mma, bc.variant | g_base_variant};
   int used_splits = 0;
   auto launch = [&](int i) {
     const Set& st = sets[i % nsets];
@@ -721,6 +722,15 @@ void run_benches() {
       {"h128 b128 sq1 sk1024 bf16", 128, 128, 1, 1024, false, false},
       {"h128 b16  sq1 sk4096 bf16", 128, 16, 1, 4096, false, false},
       {"h128 b128 sq1 sk4096 bf16 mma", 128, 128, 1, 4096, false, true},
+      // the split count against the heuristic's, where splitting decides the time
+      {"h128 b1   sq1 sk16384 bf16 s=16", 128, 1, 1, 16384, false, false, 0, 16},
+      {"h128 b1   sq1 sk16384 bf16 s=32", 128, 1, 1, 16384, false, false, 0, 32},
+      {"h128 b1   sq1 sk16384 bf16 s=48", 128, 1, 1, 16384, false, false, 0, 48},
+      {"h16  b1   sq1 sk16384 bf16 s=32", 16, 1, 1, 16384, false, false, 0, 32},
+      {"h16  b1   sq1 sk16384 bf16 s=64", 16, 1, 1, 16384, false, false, 0, 64},
+      {"h128 b16  sq1 sk4096 bf16 s=2", 128, 16, 1, 4096, false, false, 0, 2},
+      {"h128 b16  sq1 sk4096 bf16 s=3", 128, 16, 1, 4096, false, false, 0, 3},
+      {"h128 b16  sq1 sk4096 bf16 s=8", 128, 16, 1, 4096, false, false, 0, 8},
   };
   for (const BenchCase& bc : cases)
     if (g_case.empty() || std::string(bc.name).find(g_case) != std::string::npos) run_bench(bc);
