@@ -39,18 +39,28 @@ __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restric
     if (tid == 0) s_lse = st.lse();
   }
   __syncthreads();
+  // Splits in groups of 8: the group's loads go out together (one dependent load per split is
+  // latency-bound at a few warps per SM), then they are added in split order, as one by one.
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s = 0; s < splits; ++s) {
-    const float wt = w[s];
-    if (wt > 0.f) {
-      const float4 v =
-          *reinterpret_cast<const float4*>(ws_o + (size_t(s) * rows_total + row) * kDv + tid * 4);
+  auto add = [&](float wt, const float4& v) {
+    if (wt > 0.f) {  // a split with no keys adds nothing (its partial is never read into the sum)
       acc.x += wt * v.x;
       acc.y += wt * v.y;
       acc.z += wt * v.z;
       acc.w += wt * v.w;
     }
+  };
+  const float* part = ws_o + size_t(row) * kDv + tid * 4;  // split s: + s · rows_total · kDv
+  const size_t stride = size_t(rows_total) * kDv;
+  int s = 0;
+  for (; s + 8 <= splits; s += 8) {
+    float4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = __ldg(reinterpret_cast<const float4*>(part + (s + u) * stride));
+#pragma unroll
+    for (int u = 0; u < 8; ++u) add(w[s + u], v[u]);
   }
+  for (; s < splits; ++s) add(w[s], __ldg(reinterpret_cast<const float4*>(part + s * stride)));
   if (o_f32) {
     *reinterpret_cast<float4*>(static_cast<float*>(o) + size_t(row) * kDv + tid * 4) = acc;
   } else {
