@@ -101,7 +101,8 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
   const int64_t longest = kv_bucket(std::max<int64_t>(sg.max_k_len, 0));
   const int nk = int(std::min<int64_t>((longest + kKeys - 1) / kKeys, INT32_MAX));
   const int64_t units = int64_t(sg.num_requests) * s.row_tiles;
-  const int num_sms = device_sms();
+  const bool fp8 = p.kv_elem == Elem::FP8_E4M3FN;
+  const int num_sms = device_sms() * (s.narrow ? narrow_ctas_per_sm(s.tile_rows, fp8) : 1);  // CTA slots
   const size_t per_split = size_t(rows_total) * (kDv + 1) * sizeof(float);
   const int64_t cap = p.ws.ptr ? std::min<int64_t>(kMaxSplits, int64_t(p.ws.bytes / per_split)) : 1;
   s.splits = tuning.force_splits > 0

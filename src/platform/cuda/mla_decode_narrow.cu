@@ -4,7 +4,13 @@
 //   Sᵀ[64 keys][N] = K · Qᵀ      (wgmma m64nNk16; A = K tile, B = Q, both K-major)
 //   Oᵀ[512][N]    += Vᵀ · Pᵀ     (8 × wgmma m64nNk16; A = the same K tile read MN-major, B = Pᵀ)
 // One warpgroup per CTA; the same KV tiles (mla_decode_tile.cuh), masking and split scheme as the
-// wide kernel (mla_decode_wide.cu).
+// 64-row kernels.
+//
+// fp8 KV at 8 or 16 rows: the raw rows of the next tile come through registers (each thread loads
+// its share while the current tile's products run, and widens it into the one bf16 tile once they
+// are done), not through raw shared-memory stages. That leaves room for two CTAs per SM, so one
+// CTA's widening and softmax run under the other's loads and products; the schedule counts the
+// SM's two slots (narrow_ctas_per_sm).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -58,20 +64,52 @@ __device__ __forceinline__ float row_total(float init, uint32_t red, int row) {
   return init;
 }
 
-// grid (row tiles, splits, requests), 128 threads, NarrowSmem<N>::kBytes dynamic smem.
+// grid (row tiles, splits, requests), 128 threads, NarrowSmem<N, kFp8>::kBytes dynamic smem.
 constexpr int kNarrowThreads = 128;
-template <int N>
+// fp8 rows through registers (see above) at N ≤ 16.
+template <int N, bool kFp8>
+constexpr bool kRegStage = kFp8 && N <= 16;
+template <int N, bool kFp8>
 struct NarrowSmem {
   static constexpr int kQ = 0;                       // Q [9][N rows][64] bf16, swizzled
-  static constexpr int kKV = 9 * N * 128;            // as the wide kernel's KV area
-  static constexpr int kP = kKV + 2 * kTileBytes;    // Pᵀ [N rows][64 keys] bf16, swizzled
+  static constexpr int kKV = 9 * N * 128;            // the KV area: 2 stages, or 1 bf16 tile
+  static constexpr int kP = kKV + (kRegStage<N, kFp8> ? 1 : 2) * kTileBytes;  // Pᵀ [N][64] bf16
   static constexpr int kRed = kP + N * 128;          // f32 [4 warps][N] max, [4][N] sum
   static constexpr int kBytes = kRed + 2 * 4 * N * 4 + 1024;
 };
 
+// fp8, N ≤ 16: one tile's raw rows through this thread's registers, 4 threads per key (keys
+// tid / 4 and tid / 4 + 32), 16-byte pieces tid mod 4 + 4i (i < 9) of each 576-byte row.
+struct RegTile {
+  static constexpr int kPieces = 18;
+  const uint8_t* kv;
+  const int32_t* slots;
+  int k_len, tid;
+  __device__ __forceinline__ void fetch(int t, uint4 (&raw)[kPieces]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kidx = t * kKeys + (tid >> 2) + 32 * h;
+      const bool valid = kidx < k_len;
+      const uint4* row = reinterpret_cast<const uint4*>(kv + (valid ? size_t(__ldg(slots + kidx)) * kD : 0));
+#pragma unroll
+      for (int i = 0; i < 9; ++i) raw[9 * h + i] = valid ? __ldg(row + (tid & 3) + 4 * i) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  // Widens the share into the bf16 tile at sKV (piece tid mod 4 + 4i is columns 16·(tid mod 4) + …
+  // of chunk i: two 16-byte bf16 pieces of the swizzled row).
+  __device__ __forceinline__ void widen(const uint4 (&raw)[kPieces], uint32_t sKV) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 9; ++i) widen_fp8x16(raw[9 * h + i], sKV + i * kChunkBytes, (tid >> 2) + 32 * h, tid & 3);
+  }
+};
+
 template <int N, bool kFp8>
-__global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KParams p) {
-  using L = NarrowSmem<N>;
+__global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
+    mla_narrow_kernel(const KParams p) {
+  using L = NarrowSmem<N, kFp8>;
+  constexpr bool kRegs = kRegStage<N, kFp8>;
   constexpr int J = N / 8;  // 8-row groups
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -114,6 +152,8 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
 
   KvTile<kNarrowThreads, kFp8> tile{p.kv, slots, k_len, sKV, sRaw, tid};
   int sl[KvTile<kNarrowThreads, kFp8>::kPasses];  // slots of this thread's keys of the next tile
+  const RegTile regs{p.kv, slots, k_len, tid};
+  uint4 raw[kRegs ? RegTile::kPieces : 1];  // kRegs: the next tile's rows
 
   if (t_begin < t_end) {
     {  // Q rows (zero past the request)
@@ -127,13 +167,27 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
           cp_async(sQ + i * (N * 128) + swz128(row, sub), valid ? src + i * 64 : p.q, valid);
       }
     }
-    tile.start(t_begin, t_end, sl);
+    if constexpr (kRegs) {
+      cp_async_commit();
+      regs.fetch(t_begin, raw);
+    } else {
+      tile.start(t_begin, t_end, sl);
+    }
 
     for (int t = t_begin; t < t_end; ++t) {
       const int stage = (t - t_begin) & 1;
       const bool more = t + 2 < t_end;
-      if (more) tile.fetch(t + 2, sl);
-      const uint32_t kv_tile = tile.wait(stage, more, sl);
+      uint32_t kv_tile = sKV;
+      if constexpr (kRegs) {
+        regs.widen(raw, sKV);  // the tile is free: the last iteration ended with a barrier
+        cp_async_wait<0>();    // Q, on the first tile
+        fence_proxy_async();
+        __syncthreads();
+        if (t + 1 < t_end) regs.fetch(t + 1, raw);  // in flight during this tile's math
+      } else {
+        if (more) tile.fetch(t + 2, sl);
+        kv_tile = tile.wait(stage, more, sl);
+      }
 
       // ---- Sᵀ[64 keys][N rows] = K · Qᵀ
       float s[N / 2];
@@ -203,7 +257,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) mla_narrow_kernel(const KPa
 #pragma unroll
       for (int b = 0; b < 8; ++b) reg_fence(o[b]);
       __syncthreads();  // stage, Pᵀ and the row maxima may be overwritten now
-      tile.release(stage, more, sl);
+      if constexpr (!kRegs) tile.release(stage, more, sl);
     }
   }
 
@@ -257,8 +311,8 @@ template <int N, bool kFp8>
 void launch(const KParams& kp, dim3 grid, cudaStream_t stream) {
   auto* fn = mla_narrow_kernel<N, kFp8>;
   static bool smem_set[64] = {};
-  set_smem_limit_once(fn, NarrowSmem<N>::kBytes, smem_set);
-  fn<<<grid, kNarrowThreads, NarrowSmem<N>::kBytes, stream>>>(kp);
+  set_smem_limit_once(fn, NarrowSmem<N, kFp8>::kBytes, smem_set);
+  fn<<<grid, kNarrowThreads, NarrowSmem<N, kFp8>::kBytes, stream>>>(kp);
 }
 
 }  // namespace

@@ -139,22 +139,12 @@ struct Seesaw {
   __device__ __forceinline__ void widen(int buf, int c) const {
     uint4 v[2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) v[i] = ld_shared_v4(sK[buf] + raw_offset(c) + ((wt >> 2) + 32 * i) * 64 + (wt & 3) * 16);
+    for (int i = 0; i < 2; ++i)
+      v[i] = ld_shared_v4(sK[buf] + raw_offset(c) + ((wt >> 2) + 32 * i) * 64 + (wt & 3) * 16);
     if (c == 3 || c == 8) named_bar_sync(kBarWiden + kWg, 128);  // own raw rows read
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t w4[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-      uint32_t b[8];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        b[2 * k] = fp8x2_to_bf16x2(w4[k] & 0xffffu);
-        b[2 * k + 1] = fp8x2_to_bf16x2(w4[k] >> 16);
-      }
-      const uint32_t dst = sK[buf] + c * kChunkBytes;
-      const int key = (wt >> 2) + 32 * i, sub = wt & 3;
-      st_shared_v4(dst + swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
-      st_shared_v4(dst + swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
-    }
+    for (int i = 0; i < 2; ++i)
+      widen_fp8x16(v[i], sK[buf] + c * kChunkBytes, (wt >> 2) + 32 * i, wt & 3);
   }
 
   // o += P · V[:, 256·half, +256) of buffer buf; P from registers (pb) or from shared memory (sp).

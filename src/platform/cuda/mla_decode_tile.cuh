@@ -109,6 +109,20 @@ __device__ __forceinline__ void store_o_rows(const KParams& p, const CtaWork& w,
   }
 }
 
+// Sixteen e4m3 values (columns 16·sub + [0, 16) of a 64-column chunk) of key `key` → their bf16
+// values (exact) in the 128B-swizzled bf16 chunk at `chunk`: its 16-byte pieces 2·sub, 2·sub + 1.
+__device__ __forceinline__ void widen_fp8x16(uint4 v, uint32_t chunk, int key, int sub) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t b[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    b[2 * k] = sm90::fp8x2_to_bf16x2(w[k] & 0xffffu);
+    b[2 * k + 1] = sm90::fp8x2_to_bf16x2(w[k] >> 16);
+  }
+  sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
+  sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
+}
+
 // One thread's share of the double-buffered KV tile pipeline, kThreads threads per CTA:
 //   bf16: 8 threads per key, thread tid takes 16-byte chunk tid & 7 of each of the 9 128-byte column
 //         chunks of keys tid/8 + kKeyStep·h → the swizzled stage, directly;
@@ -175,19 +189,7 @@ struct KvTile {
       const int key = (tid >> 2) + kKeyStep * h;
       const uint32_t src = sRaw + stage * kRawBytes + key * kD + sub * 16;
 #pragma unroll
-      for (int i = 0; i < 9; ++i) {
-        const uint4 v = sm90::ld_shared_v4(src + i * 64);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        uint32_t b[8];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          b[2 * k] = sm90::fp8x2_to_bf16x2(w[k] & 0xffffu);
-          b[2 * k + 1] = sm90::fp8x2_to_bf16x2(w[k] >> 16);
-        }
-        const uint32_t dst = sKV + i * kChunkBytes;
-        sm90::st_shared_v4(dst + sm90::swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
-        sm90::st_shared_v4(dst + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
-      }
+      for (int i = 0; i < 9; ++i) widen_fp8x16(sm90::ld_shared_v4(src + i * 64), sKV + i * kChunkBytes, key, sub);
     }
   }
   // The prologue: the first two tiles of [t_begin, t_end) in flight, one commit group each (the
