@@ -92,7 +92,8 @@ struct RegTile {
       const bool valid = kidx < k_len;
       const uint4* row = reinterpret_cast<const uint4*>(kv + (valid ? size_t(__ldg(slots + kidx)) * kD : 0));
 #pragma unroll
-      for (int i = 0; i < 9; ++i) raw[9 * h + i] = valid ? __ldg(row + (tid & 3) + 4 * i) : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < 9; ++i)
+        raw[9 * h + i] = valid ? __ldg(row + (tid & 3) + 4 * i) : make_uint4(0, 0, 0, 0);
     }
   }
   // Widens the share into the bf16 tile at sKV (piece tid mod 4 + 4i is columns 16·(tid mod 4) + …
@@ -101,7 +102,8 @@ struct RegTile {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int i = 0; i < 9; ++i) widen_fp8x16(raw[9 * h + i], sKV + i * kChunkBytes, (tid >> 2) + 32 * h, tid & 3);
+      for (int i = 0; i < 9; ++i)
+        widen_fp8x16(raw[9 * h + i], sKV + i * kChunkBytes, (tid >> 2) + 32 * h, tid & 3);
   }
 };
 

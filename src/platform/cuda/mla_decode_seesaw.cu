@@ -233,15 +233,6 @@ struct Seesaw {
         st_shared_u32(sp + swz128(rr[h], j) + (lane & 3) * 4,
                       pack_bf16(s[4 * j + 2 * h] * scale[h], s[4 * j + 2 * h + 1] * scale[h]));
   }
-  static __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&f)[2]) {
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      o[4 * j + 0] *= f[0];
-      o[4 * j + 1] *= f[0];
-      o[4 * j + 2] *= f[1];
-      o[4 * j + 3] *= f[1];
-    }
-  }
 
   // One pair (t, t + 1) for warpgroup 0, S0 = S(t) in s. kAhead = how many of t + 1, t + 2, t + 3
   // exist. Leaves S(t + 2) in s. Each reload is issued as soon as the half it overwrites is free.

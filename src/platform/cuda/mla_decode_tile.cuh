@@ -109,6 +109,18 @@ __device__ __forceinline__ void store_o_rows(const KParams& p, const CtaWork& w,
   }
 }
 
+// The 64-row kernels: O[64 rows][256 columns] in the m64n256 accumulator layout, row rr[h] of this
+// thread scaled by f[h].
+__device__ __forceinline__ void scale_rows(float (&o)[128], const float (&f)[2]) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    o[4 * j + 0] *= f[0];
+    o[4 * j + 1] *= f[0];
+    o[4 * j + 2] *= f[1];
+    o[4 * j + 3] *= f[1];
+  }
+}
+
 // Sixteen e4m3 values (columns 16·sub + [0, 16) of a 64-column chunk) of key `key` → their bf16
 // values (exact) in the 128B-swizzled bf16 chunk at `chunk`: its 16-byte pieces 2·sub, 2·sub + 1.
 __device__ __forceinline__ void widen_fp8x16(uint4 v, uint32_t chunk, int key, int sub) {
@@ -189,7 +201,8 @@ struct KvTile {
       const int key = (tid >> 2) + kKeyStep * h;
       const uint32_t src = sRaw + stage * kRawBytes + key * kD + sub * 16;
 #pragma unroll
-      for (int i = 0; i < 9; ++i) widen_fp8x16(sm90::ld_shared_v4(src + i * 64), sKV + i * kChunkBytes, key, sub);
+      for (int i = 0; i < 9; ++i)
+        widen_fp8x16(sm90::ld_shared_v4(src + i * 64), sKV + i * kChunkBytes, key, sub);
     }
   }
   // The prologue: the first two tiles of [t_begin, t_end) in flight, one commit group each (the

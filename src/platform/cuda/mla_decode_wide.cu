@@ -1,6 +1,7 @@
 // mla_decode_wide.cu — the split-S MLA decode kernel (sm_90a): requests of more than 32 packed
 // (token, head) rows, in 64-row tiles, two warpgroups; kept beside the see-saw kernel
-// (mla_decode_seesaw.cu, production) as its comparison and, with mma.sync products, the reference path. Per KV tile of 64 keys, warpgroup w computes
+// (mla_decode_seesaw.cu, production) as its comparison and, with mma.sync products, the reference
+// path. Per KV tile of 64 keys, warpgroup w computes
 //   S = Q·Kᵀ for keys [32w, 32w+32)      (wgmma m64n32k16, K = 576)
 // the warpgroups exchange row maxima, write P (bf16) to shared memory, and warpgroup w accumulates
 //   O[:, 256w, +256) += P·V               (wgmma m64n256k16)
@@ -151,13 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
         for (int h = 0; h < 2; ++h)
           st_shared_u32(sP + swz128(rr[h], 4 * wg + j) + (lane & 3) * 4,
                         pack_bf16(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j + 0] *= alpha[0];
-        o[4 * j + 1] *= alpha[0];
-        o[4 * j + 2] *= alpha[1];
-        o[4 * j + 3] *= alpha[1];
-      }
+      scale_rows(o, alpha);
       fence_proxy_async();
       named_bar_sync(1, kThreads);
 
