@@ -56,6 +56,7 @@ const char* path_name(MhaFastPath p) {
     case MhaFastPath::Wgmma: return "wgmma";
     case MhaFastPath::WgmmaNoOverlap: return "wgmma-nooverlap";
     case MhaFastPath::WgmmaPingpong: return "wgmma-pingpong";
+    case MhaFastPath::WgmmaPersistent: return "wgmma-persistent";
   }
   return "?";
 }
@@ -190,6 +191,9 @@ bool run_case(const Case& c, const std::vector<MhaFastPath>& paths, std::mt19937
   CK(cudaMalloc(&dlse, nl * 4));
   const int R = int(c.reqs.size());
   CK(cudaMalloc(&dseg, sizeof(int32_t) * 4 * std::max(R, 1)));
+  int32_t* dsched;  // the persistent body's block counters: zero before and after every launch
+  CK(cudaMalloc(&dsched, 2 * sizeof(int32_t)));
+  CK(cudaMemset(dsched, 0, 2 * sizeof(int32_t)));
   CK(cudaMemcpy(dq, hq.data(), nq * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dk, hk.data(), nk * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dv, hv.data(), nv * 2, cudaMemcpyHostToDevice));
@@ -211,6 +215,7 @@ bool run_case(const Case& c, const std::vector<MhaFastPath>& paths, std::mt19937
   p.o = dout;
   p.lse = dlse;
   p.stream = nullptr;
+  p.sched = dsched;
   if (!mha_fast_supports(p)) {
     std::printf("  %-34s UNSUPPORTED\n", c.name.c_str());
     return false;
@@ -231,7 +236,13 @@ bool run_case(const Case& c, const std::vector<MhaFastPath>& paths, std::mt19937
     }
     CK(cudaMemcpy(ho.data(), dout, no * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hl.data(), dlse, nl * 4, cudaMemcpyDeviceToHost));
+    int32_t hs[2];
+    CK(cudaMemcpy(hs, dsched, sizeof hs, cudaMemcpyDeviceToHost));
     CheckResult cr;
+    if (hs[0] != 0 || hs[1] != 0) {
+      std::printf("  %-30s %-16s block counters left at %d, %d\n", c.name.c_str(), path_name(path), hs[0], hs[1]);
+      ++cr.bad;
+    }
     double num = 0, den = 0;
     for (size_t x = 0; x < rows.size(); ++x) {
       const size_t t = size_t(L.qs[rows[x].r] + rows[x].i) * H + rows[x].h;
@@ -274,6 +285,7 @@ bool run_case(const Case& c, const std::vector<MhaFastPath>& paths, std::mt19937
   CK(cudaFree(dout));
   CK(cudaFree(dlse));
   CK(cudaFree(dseg));
+  CK(cudaFree(dsched));
   return all_ok;
 }
 
@@ -385,13 +397,13 @@ void bench(const std::vector<MhaFastPath>& paths, double ceiling) {
     CK(cudaMalloc(&o, no * 2));
     CK(cudaMalloc(&o_ref, no * 2));
     CK(cudaMalloc(&lse, size_t(s.sq) * H * 4));
-    CK(cudaMalloc(&seg, 16));
+    CK(cudaMalloc(&seg, 24));  // q_start, q_len, k_start, k_len; then the two block counters
     CK(cudaMalloc(&stats, 3 * sizeof(double)));
     fill_random<<<2048, 256>>>(q, nq, 1, 1.f);
     fill_random<<<2048, 256>>>(k, nk, 2, 1.f);
     fill_random<<<2048, 256>>>(v, nv, 3, 1.f);
-    const int32_t hseg[4] = {0, s.sq, 0, s.sk};
-    CK(cudaMemcpy(seg, hseg, 16, cudaMemcpyHostToDevice));
+    const int32_t hseg[6] = {0, s.sq, 0, s.sk, 0, 0};
+    CK(cudaMemcpy(seg, hseg, 24, cudaMemcpyHostToDevice));
     MhaParams p{};
     p.q = q;
     p.k = k;
@@ -404,6 +416,7 @@ void bench(const std::vector<MhaFastPath>& paths, double ceiling) {
     p.softmax_scale = 1.f / std::sqrt(192.f);
     p.lse = lse;
     p.stream = nullptr;
+    p.sched = seg + 4;
     const double avg_keys = s.causal ? (std::max(0, s.sk - s.sq) + s.sk) / 2.0 : double(s.sk);
     const double flops = 2.0 * H * double(s.sq) * avg_keys * (dqk + dvd);
     const int iters = s.sq >= 16384 ? 10 : 20;
@@ -429,18 +442,23 @@ void bench(const std::vector<MhaFastPath>& paths, double ceiling) {
                   100.0 * tf / ceiling, spread, cmp);
       std::fflush(stdout);
     }
-    // Run-to-run determinism of the default path (a moving result means a race).
-    {
+    // Run-to-run determinism of the default path (a moving result means a race), and the persistent
+    // grid against the plain one (the same blocks computed alike: the same bits).
+    auto sum_sq_diff = [&](MhaFastPath a, MhaFastPath b) {
       p.o = o_ref;
-      mha_attention_fast(p);
+      mha_attention_fast_path(p, a);
       p.o = o;
-      mha_attention_fast(p);
+      mha_attention_fast_path(p, b);
       CK(cudaMemset(stats, 0, 3 * sizeof(double)));
       diff_stats<<<1024, 256>>>(o, o_ref, no, stats);
       double hs[3];
       CK(cudaMemcpy(hs, stats, sizeof hs, cudaMemcpyDeviceToHost));
-      std::printf("%-36s auto twice: sum sq diff %.3e (0 = deterministic)\n", s.name, hs[0]);
-    }
+      return hs[0];
+    };
+    std::printf("%-36s auto twice: sum sq diff %.3e (0 = deterministic)\n", s.name,
+                sum_sq_diff(MhaFastPath::Auto, MhaFastPath::Auto));
+    std::printf("%-36s persistent vs plain grid: sum sq diff %.3e (0 = same bits)\n", s.name,
+                sum_sq_diff(MhaFastPath::WgmmaNoOverlap, MhaFastPath::WgmmaPersistent));
     CK(cudaFree(q));
     CK(cudaFree(k));
     CK(cudaFree(v));
@@ -456,7 +474,7 @@ void bench(const std::vector<MhaFastPath>& paths, double ceiling) {
 
 MhaFastPath parse_path(const char* s) {
   for (MhaFastPath p : {MhaFastPath::Auto, MhaFastPath::Mma, MhaFastPath::Wgmma, MhaFastPath::WgmmaNoOverlap,
-                        MhaFastPath::WgmmaPingpong})
+                        MhaFastPath::WgmmaPingpong, MhaFastPath::WgmmaPersistent})
     if (!std::strcmp(s, path_name(p))) return p;
   std::fprintf(stderr, "unknown path %s\n", s);
   std::exit(2);
@@ -477,7 +495,7 @@ int main(int argc, char** argv) {
   }
   if (paths.empty())
     paths = {MhaFastPath::Auto, MhaFastPath::Mma, MhaFastPath::Wgmma, MhaFastPath::WgmmaNoOverlap,
-             MhaFastPath::WgmmaPingpong};
+             MhaFastPath::WgmmaPingpong, MhaFastPath::WgmmaPersistent};
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, cc %d.%d, %d SMs, L2 %d MB, smem/block optin %zu KB\n", prop.name, prop.major, prop.minor,

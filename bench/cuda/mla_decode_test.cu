@@ -572,7 +572,7 @@ struct BenchCase {
   int H, B, s_q, s_k;
   bool fp8;
   bool mma;
-  int variant = 0;  // tuning bits (8: 64-row tiles forced, 16: split-S)
+  int variant = 0;  // tuning bits (8: 64-row tiles forced, 16: split-S, 32: plain combine launch)
   int splits = 0;   // > 0: this KV split count, not the heuristic's
 };
 
@@ -725,7 +725,12 @@ void run_benches() {
       {"h128 b128 sq1 sk1024 bf16", 128, 128, 1, 1024, false, false},
       {"h128 b16  sq1 sk4096 bf16", 128, 16, 1, 4096, false, false},
       {"h128 b128 sq1 sk4096 bf16 mma", 128, 128, 1, 4096, false, true},
+      // the combine launched plainly (tuning bit 32), not as a programmatic dependent
+      {"h128 b1   sq1 sk16384 bf16 plain combine", 128, 1, 1, 16384, false, false, 32},
+      {"h16  b1   sq1 sk16384 bf16 plain combine", 16, 1, 1, 16384, false, false, 32},
+      {"h128 b16  sq1 sk4096 bf16 plain combine", 128, 16, 1, 4096, false, false, 32},
       // the split count against the heuristic's, where splitting decides the time
+      {"h128 b1   sq1 sk16384 bf16 s=24", 128, 1, 1, 16384, false, false, 0, 24},
       {"h128 b1   sq1 sk16384 bf16 s=16", 128, 1, 1, 16384, false, false, 0, 16},
       {"h128 b1   sq1 sk16384 bf16 s=32", 128, 1, 1, 16384, false, false, 0, 32},
       {"h128 b1   sq1 sk16384 bf16 s=48", 128, 1, 1, 16384, false, false, 0, 48},

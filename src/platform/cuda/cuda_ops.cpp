@@ -40,6 +40,8 @@ class CudaOps final : public GpuOps {
       // A workspace of our own: cuBLAS then allocates nothing inside a graph being recorded.
       blas_ws_[lane] = empty(DType::F32, {kBlasWorkspaceBytes / 4});
       MLA_CUBLAS_CHECK(cublasSetWorkspace(h, blas_ws_[lane].data(), kBlasWorkspaceBytes));
+      block_counters_[lane] = empty(DType::I32, {2});
+      MLA_GPU_CHECK(cudaMemset(block_counters_[lane].data(), 0, 2 * sizeof(int32_t)));
     }
     side_lanes_ = true;
   }
@@ -154,6 +156,7 @@ class CudaOps final : public GpuOps {
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttnSegments& seg, double scale, Tensor& o,
                  Tensor& lse) override {
     MhaParams p = mha_params(q, k, v, seg, scale, o, lse);
+    p.sched = block_counters_[lane()].ptr<int32_t>();
     if (p.elem == Elem::BF16 && mha_fast_supports(p)) mha_attention_fast(p);
     else mha_attention_generic(p);
   }
@@ -196,9 +199,11 @@ class CudaOps final : public GpuOps {
     }
   };
 
-  cublasHandle_t blas() const { return blas_[stream() == side_stream_ ? 1 : 0]; }  // the current lane's
+  int lane() const { return stream() == side_stream_ ? 1 : 0; }  // the current lane: 0 main, 1 side
+  cublasHandle_t blas() const { return blas_[lane()]; }
   cublasHandle_t blas_[2] = {nullptr, nullptr};  // main, side
   Tensor blas_ws_[2];
+  Tensor block_counters_[2];  // [2] i32 per lane, zero between launches: MhaParams::sched
   struct {
     uint64_t step = 0;
     const AttnSegments* seg = nullptr;

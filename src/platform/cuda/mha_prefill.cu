@@ -9,9 +9,12 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+
 
 #include "platform/cuda/cuda_check.h"
 #include "platform/cuda/sm90.cuh"
@@ -32,13 +35,16 @@ using namespace sm90;
 struct Work {
   int r, h, m;
 };
-__device__ __forceinline__ Work decode_block(int mblocks, int H, int group) {
-  const int L = blockIdx.x;
+// Block L of request r's mblocks × H blocks.
+__device__ __forceinline__ Work decode_item(int r, int L, int mblocks, int H, int group) {
   const int per_sec = mblocks * group;
   const int sec = L / per_sec;
   const int gs = min(group, H - sec * group);
   const int within = L - sec * per_sec;
-  return {int(blockIdx.y), sec * group + within % gs, mblocks - 1 - within / gs};
+  return {r, sec * group + within % gs, mblocks - 1 - within / gs};
+}
+__device__ __forceinline__ Work decode_block(int mblocks, int H, int group) {
+  return decode_item(int(blockIdx.y), int(blockIdx.x), mblocks, H, group);
 }
 
 struct Req {
@@ -302,8 +308,10 @@ constexpr int kChunk = 128 * 128;       // bytes of one [128][64] bf16 chunk
 constexpr int kQBytes = 3 * kChunk;     // 49152
 constexpr int kKBytes = 3 * kChunk;     // 49152
 constexpr int kVBytes = 2 * kChunk;     // 32768
-constexpr int kSmemBytes = 1024 /*alignment slack*/ + kQBytes + 2 * kKBytes + 2 * kVBytes + 64 /*barriers*/;
-// Barriers (8 bytes each): 0 Q full; 1,2 K full; 3,4 V full; 5,6 stage empty.
+// Barriers (8 bytes each): 0 Q full; 1,2 K full; 3,4 V full; 5,6 stage empty; 7 Q empty. Then the
+// block (next_block) and its request's segment, 5 ints.
+constexpr int kBarriers = 8;
+constexpr int kSmemBytes = 1024 /*alignment slack*/ + kQBytes + 2 * kKBytes + 2 * kVBytes + 8 * kBarriers + 32;
 
 // First key of tile n: the last tile ends at klen (it then overlaps the previous one; keys below
 // n·BN are masked), so no TMA box reaches past the request's keys. Likewise the last query tile
@@ -315,29 +323,39 @@ __device__ __forceinline__ int tile_query0(const Req& q, int m0) {
   return m0 + BM > q.qlen ? q.qlen - BM : m0;
 }
 
-template <bool kOverlap, bool kPingpong>
+// The blocks of the grid, in order: block I is request I / per_req's block I % per_req
+// (decode_item). Plain grid: one block per CTA. Persistent grid (one CTA per SM): a CTA's first
+// block is blockIdx.x, the next ones come from a counter, in the order the hardware would start
+// them; sched[0] counts the blocks handed out past gridDim.x, sched[1] the CTAs done, and the last
+// CTA to finish sets both back to 0 for the next launch.
+template <bool kPersistent>
+__device__ __forceinline__ int next_block(int* sched, int k, int per_req) {
+  if constexpr (kPersistent) return k == 0 ? int(blockIdx.x) : int(gridDim.x) + atomicAdd(sched, 1);
+  return k == 0 ? int(blockIdx.y) * per_req + int(blockIdx.x) : INT_MAX;
+}
+
+template <bool kOverlap, bool kPingpong, bool kPersistent>
 __global__ void __launch_bounds__(kThreads, 1)
     mha_wgmma_kernel(const __grid_constant__ CUtensorMap tmq, const __grid_constant__ CUtensorMap tmk,
                      const __grid_constant__ CUtensorMap tmv, const MhaParams p, int mblocks, int group) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!kPersistent || (!kOverlap && !kPingpong), "the persistent grid runs the plain loop");
   extern __shared__ uint8_t smem_wg[];
   const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u;
   const uint32_t sQ = base, sK = sQ + kQBytes, sV = sK + 2 * kKBytes, bars = sV + 2 * kVBytes;
   auto bar = [&](int i) { return bars + 8u * i; };
+  // The block whose Q the Q buffer holds and its request's segment (written by the producer before
+  // bar 0's arrival, read after its wait: the consumers load nothing from global memory per block).
+  volatile int* s_block = reinterpret_cast<volatile int*>(smem_wg + (bar(kBarriers) - smem_u32(smem_wg)));
+  volatile int* s_req = s_block + 1;  // q0, qlen, k0, klen
 
-  const int H = p.num_heads;
-  const Work w = decode_block(mblocks, H, group);
-  const Req q = load_req(p.seg, w.r);
-  const int m0 = w.m * BM;
-  if (m0 >= q.qlen) return;
+  const int H = p.num_heads, per_req = mblocks * H, total = p.seg.num_requests * per_req;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const bool causal = p.seg.causal;
-  const int n_tiles = key_tiles(q, m0, BM, BN, causal);
   bf16* o = static_cast<bf16*>(p.o);
-  if (n_tiles == 0) {
-    write_empty_rows<DV>(q, m0, BM, w.h, H, o, p.lse, tid, kThreads);
-    return;
-  }
+  // Block I's key tiles (0: its rows see no key; −1: it has no query rows).
+  auto tiles_of = [&](const Req& q, int m0) { return m0 < q.qlen ? key_tiles(q, m0, BM, BN, causal) : -1; };
+  auto work_of = [&](int I) { return decode_item(I / per_req, I % per_req, mblocks, H, group); };
   if (tid == 0) {
     mbar_init(bar(0), 1);
     for (int s = 0; s < 2; ++s) {
@@ -345,6 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(bar(3 + s), 1);
       mbar_init(bar(5 + s), 256);  // every consumer thread releases the stage
     }
+    mbar_init(bar(7), 256);  // and the Q buffer, after its block's last Q Kᵀ
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -352,29 +371,74 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp < 4) {  // ---- producer warpgroup
     setmaxnreg_dec<40>();
     if (warp == 0 && lane == 0) {
-      mbar_expect_tx(bar(0), kQBytes);
-      for (int c = 0; c < 3; ++c)
-        tma_load_3d(sQ + c * kChunk, &tmq, bar(0), c * 64, w.h, q.q0 + tile_query0(q, m0));
-      for (int it = 0; it < n_tiles; ++it) {
-        const int s = it & 1;
-        if (it >= 2) mbar_wait(bar(5 + s), ((it >> 1) - 1) & 1);
-        const int krow = q.k0 + tile_key0(q, n_tiles - 1 - it);
+      int g = 0;  // key tiles issued, over all blocks (stage g & 1)
+      auto issue_kv = [&](const Req& q, const Work& w, int n) {
+        const int s = g & 1;
+        if (g >= 2) mbar_wait(bar(5 + s), ((g >> 1) - 1) & 1);
+        const int krow = q.k0 + tile_key0(q, n);
         mbar_expect_tx(bar(1 + s), kKBytes);
-        for (int c = 0; c < 3; ++c)
-          tma_load_3d(sK + s * kKBytes + c * kChunk, &tmk, bar(1 + s), c * 64, w.h, krow);
+        for (int c = 0; c < 3; ++c) tma_load_3d(sK + s * kKBytes + c * kChunk, &tmk, bar(1 + s), c * 64, w.h, krow);
         mbar_expect_tx(bar(3 + s), kVBytes);
-        for (int c = 0; c < 2; ++c)
-          tma_load_3d(sV + s * kVBytes + c * kChunk, &tmv, bar(3 + s), c * 64, w.h, krow);
+        for (int c = 0; c < 2; ++c) tma_load_3d(sV + s * kVBytes + c * kChunk, &tmv, bar(3 + s), c * 64, w.h, krow);
+        ++g;
+      };
+      int I_next = next_block<kPersistent>(p.sched, 0, per_req);
+      for (int k = 0;; ++k) {
+        const int I = I_next;
+        // The next block's fetch goes out now; its answer is needed only after this block's tiles.
+        if (I < total) I_next = next_block<kPersistent>(p.sched, k + 1, per_req);
+        const Work w = I < total ? work_of(I) : Work{};
+        const Req q = I < total ? load_req(p.seg, w.r) : Req{};
+        const int m0 = w.m * BM;
+        const int n_tiles = I < total ? tiles_of(q, m0) : -1;
+        // The first key tile goes out while the previous block's last products still read Q.
+        if (n_tiles > 0) issue_kv(q, w, n_tiles - 1);
+        if (k > 0) mbar_wait(bar(7), (k - 1) & 1);
+        *s_block = I;
+        s_req[0] = q.q0;
+        s_req[1] = q.qlen;
+        s_req[2] = q.k0;
+        s_req[3] = q.klen;
+        if (n_tiles <= 0) {
+          mbar_arrive(bar(0));
+          if (I >= total) break;
+          continue;
+        }
+        mbar_expect_tx(bar(0), kQBytes);
+        for (int c = 0; c < 3; ++c)
+          tma_load_3d(sQ + c * kChunk, &tmq, bar(0), c * 64, w.h, q.q0 + tile_query0(q, m0));
+        for (int it = 1; it < n_tiles; ++it) issue_kv(q, w, n_tiles - 1 - it);
+      }
+      if constexpr (kPersistent) {
+        __threadfence();  // this CTA's last counter fetch comes before its "done"
+        if (atomicAdd(p.sched + 1, 1) == int(gridDim.x) - 1) {
+          atomicExch(p.sched, 0);
+          atomicExch(p.sched + 1, 0);
+        }
       }
     }
   } else {
   // ---- consumers: warpgroup wg owns query rows [64·wg, +64) of the tile
   setmaxnreg_inc<232>();
   const int wg = (warp >> 2) - 1, wl = warp & 3;
-  const int qi0 = tile_query0(q, m0) + wg * 64 + wl * 16 + (lane >> 2);
-  const int diag = q.klen - q.qlen;
   const float sl2 = p.softmax_scale * kLog2e;
   const uint32_t qbase = sQ + wg * 64 * 128;
+  int g = 0;  // key tiles consumed, over all blocks
+  for (int k = 0;; ++k) {
+  mbar_wait(bar(0), k & 1);
+  const int I = *s_block;
+  if (I >= total) break;
+  const Work w = work_of(I);
+  const Req q{s_req[0], s_req[1], s_req[2], s_req[3]};
+  const int m0 = w.m * BM;
+  const int n_tiles = tiles_of(q, m0);
+  if (n_tiles == 0) write_empty_rows<DV>(q, m0, BM, w.h, H, o, p.lse, tid - 128, 256);
+  if (n_tiles <= 0) {
+    mbar_arrive(bar(7));
+    continue;
+  }
+  const int qi0 = tile_query0(q, m0) + wg * 64 + wl * 16 + (lane >> 2);
+  const int diag = q.klen - q.qlen;
   float acc[64], s[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = s[i] = 0.f;
@@ -382,21 +446,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t pf[8][4];  // P as wgmma A fragments, 8 steps of 16 keys
 
   auto issue_qk = [&](int st) {  // S = Q K(st)ᵀ
-    const uint32_t kb = sK + st * kKBytes;
+    const uint64_t dq = sw128_desc(qbase, 16, 1024), dk = sw128_desc(sK + st * kKBytes, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < 12; ++kk) {
       const uint32_t off = (kk >> 2) * kChunk + (kk & 3) * 32;
-      wgmma_m64n128k16_ss<0, 0>(s, sw128_desc(qbase + off, 16, 1024), sw128_desc(kb + off, 16, 1024),
-                                kk > 0);
+      wgmma_m64n128k16_ss<0, 0>(s, desc_add(dq, off), desc_add(dk, off), kk > 0);
     }
   };
   auto issue_pv = [&](int st) {  // O += P V(st)
-    const uint32_t vb = sV + st * kVBytes;
+    // MN-major: LBO = stride between the 64-column chunks, SBO = between 8-key groups
+    const uint64_t dv = sw128_desc(sV + st * kVBytes, kChunk, 1024);
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      // MN-major: LBO = stride between the 64-column chunks, SBO = between 8-key groups
-      wgmma_m64n128k16_rs<1>(acc, pf[kk], sw128_desc(vb + kk * 2048, kChunk, 1024));
-    }
+    for (int kk = 0; kk < 8; ++kk) wgmma_m64n128k16_rs<1>(acc, pf[kk], desc_add(dv, kk * 2048));
   };
   auto softmax = [&](int it, float (&alpha)[2]) {
     const int n = n_tiles - 1 - it;
@@ -417,6 +478,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] *= alpha[(i >> 1) & 1];
   };
+  // Stage and phase of this block's key tile it.
+  auto stage = [&](int it) { return (g + it) & 1; };
+  auto phase = [&](int it) { return ((g + it) >> 1) & 1; };
   // kPingpong: the two warpgroups take turns issuing their products (named barriers 1 and 2), so
   // one's softmax runs under the other's matrix work. Warpgroup 1 opens with a token for
   // warpgroup 0 and skips its last hand-over, so every barrier phase completes.
@@ -428,12 +492,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   if (wg == 1) turn_pass();
 
-  mbar_wait(bar(0), 0);
   if constexpr (kOverlap) {
-    mbar_wait(bar(1), 0);
+    mbar_wait(bar(1 + stage(0)), phase(0));
     turn_wait();
     wgmma_fence();
-    issue_qk(0);
+    issue_qk(stage(0));
     wgmma_commit();
     turn_pass();
     wgmma_wait<0>();
@@ -444,9 +507,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     to_p();
     for (int it = 1; it < n_tiles; ++it) {
-      const int st = it & 1, ph = (it >> 1) & 1, pst = st ^ 1, pph = ((it - 1) >> 1) & 1;
-      mbar_wait(bar(1 + st), ph);
-      mbar_wait(bar(3 + pst), pph);
+      const int st = stage(it), pst = stage(it - 1);
+      mbar_wait(bar(1 + st), phase(it));
+      mbar_wait(bar(3 + pst), phase(it - 1));
       turn_wait();
       wgmma_fence();
       issue_qk(st);
@@ -465,8 +528,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       rescale(alpha);
       to_p();
     }
-    const int lst = (n_tiles - 1) & 1, lph = ((n_tiles - 1) >> 1) & 1;
-    mbar_wait(bar(3 + lst), lph);
+    const int lst = stage(n_tiles - 1);
+    mbar_wait(bar(3 + lst), phase(n_tiles - 1));
     turn_wait();
     wgmma_fence();
     issue_pv(lst);
@@ -474,15 +537,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) turn_pass();
     wgmma_wait<0>();
     reg_fence(acc);
+    mbar_arrive(bar(5 + lst));
+    mbar_arrive(bar(7));
   } else {
     for (int it = 0; it < n_tiles; ++it) {
-      const int st = it & 1, ph = (it >> 1) & 1;
+      const int st = stage(it), ph = phase(it);
       mbar_wait(bar(1 + st), ph);
       wgmma_fence();
       issue_qk(st);
       wgmma_commit();
       wgmma_wait<0>();
       reg_fence(s);
+      if (it == n_tiles - 1) mbar_arrive(bar(7));  // Q is read for the last time
       float alpha[2];
       softmax(it, alpha);
       rescale(alpha);
@@ -496,7 +562,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_arrive(bar(5 + st));
     }
   }
+  g += n_tiles;
   store_rows<16, DV>(acc, mx, l, q, qi0, m0, w.h, H, p.softmax_scale, lane, o, p.lse);
+  }
   }
 #else
   __trap();  // built without sm_90a: the host never picks this body then
@@ -535,10 +603,10 @@ CUtensorMap head_tensor_map(const void* ptr, int H, int D, int64_t rows) {
   return bf16_tensor_map(const_cast<void*>(ptr), 3, dims, strides, box);
 }
 
-template <bool kOverlap, bool kPingpong>
+template <bool kOverlap, bool kPingpong, bool kPersistent>
 void launch_wgmma(const MhaParams& p) {
   using namespace hopper;
-  auto* kern = mha_wgmma_kernel<kOverlap, kPingpong>;
+  auto* kern = mha_wgmma_kernel<kOverlap, kPingpong, kPersistent>;
   static const bool attr_set = [&] {
     MLA_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     return true;
@@ -551,14 +619,16 @@ void launch_wgmma(const MhaParams& p) {
   const CUtensorMap tk = head_tensor_map(p.k, p.num_heads, DQK, kAnyRows);
   const CUtensorMap tv = head_tensor_map(p.v, p.num_heads, DV, kAnyRows);
   const int mblocks = (p.seg.max_q_len + BM - 1) / BM;
-  const dim3 grid(unsigned(mblocks * p.num_heads), unsigned(p.seg.num_requests));
+  dim3 grid(unsigned(mblocks * p.num_heads), unsigned(p.seg.num_requests));
+  if constexpr (kPersistent)
+    grid = dim3(unsigned(std::min<int64_t>(int64_t(grid.x) * grid.y, device_sms())));
   kern<<<grid, kThreads, kSmemBytes, p.stream>>>(tq, tk, tv, p, mblocks, head_group(p));
   MLA_CUDA_LAUNCH_CHECK();
 }
 
 // The sm_90a body exists in this build and the current device runs it.
 bool wgmma_available() {
-  static const bool ok = sm90a_runs(reinterpret_cast<const void*>(hopper::mha_wgmma_kernel<false, false>));
+  static const bool ok = sm90a_runs(reinterpret_cast<const void*>(hopper::mha_wgmma_kernel<false, false, false>));
   return ok;
 }
 
@@ -582,6 +652,12 @@ bool dispatch_dims(int qk, int dv, F&& f) {
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
+// The persistent grid counts its blocks in an int and hands them out through p.sched.
+bool persistent_fits(const MhaParams& p) {
+  const int64_t mblocks = (p.seg.max_q_len + hopper::BM - 1) / hopper::BM;
+  return p.sched && mblocks * p.num_heads * p.seg.num_requests <= INT32_MAX;
+}
+
 }  // namespace
 
 bool mha_fast_supports(const MhaParams& p) {
@@ -596,12 +672,18 @@ void mha_attention_fast_path(const MhaParams& p, MhaFastPath path) {
   // Default sm_90a body: the plain (no intra-warpgroup overlap) one measured fastest at s ≥ 4096 on the
   // H200 (530 vs 510 TFLOP/s at causal s = 4096, 570 vs 495 at 16384; 2026-11-29).
   if (path == MhaFastPath::Auto)
-    path = is_v3 && wgmma_available() ? MhaFastPath::WgmmaNoOverlap : MhaFastPath::Mma;
+    path = !is_v3 || !wgmma_available() ? MhaFastPath::Mma
+           : persistent_fits(p)          ? MhaFastPath::WgmmaPersistent
+                                         : MhaFastPath::WgmmaNoOverlap;
+  if (path == MhaFastPath::WgmmaPersistent && !persistent_fits(p))
+    gpu::gpu_fail("mha prefill", "the persistent body needs MhaParams::sched and < 2^31 blocks",
+                  "mha_attention_fast_path", __FILE__, __LINE__);
   if (is_v3 && path != MhaFastPath::Mma) {
     switch (path) {
-      case MhaFastPath::WgmmaNoOverlap: launch_wgmma<false, false>(p); return;
-      case MhaFastPath::WgmmaPingpong: launch_wgmma<true, true>(p); return;
-      default: launch_wgmma<true, false>(p); return;
+      case MhaFastPath::WgmmaPersistent: launch_wgmma<false, false, true>(p); return;
+      case MhaFastPath::WgmmaNoOverlap: launch_wgmma<false, false, false>(p); return;
+      case MhaFastPath::WgmmaPingpong: launch_wgmma<true, true, false>(p); return;
+      default: launch_wgmma<true, false, false>(p); return;
     }
   }
   dispatch_dims(p.qk_dim, p.v_dim,

@@ -27,9 +27,17 @@ bool mha_fast_supports(const MhaParams& p);
 void mha_attention_fast(const MhaParams& p);
 
 // ---- For the test/benchmark program: force one body. Variants of the sm_90a one: Wgmma overlaps
-// the softmax with the next products inside a warpgroup, WgmmaNoOverlap does not (the default),
-// WgmmaPingpong adds turn-taking between the two warpgroups to Wgmma.
-enum class MhaFastPath : int { Auto = 0, Mma = 1, Wgmma = 2, WgmmaNoOverlap = 3, WgmmaPingpong = 5 };
+// the softmax with the next products inside a warpgroup, WgmmaNoOverlap does not, WgmmaPingpong adds
+// turn-taking between the two warpgroups to Wgmma; WgmmaPersistent is WgmmaNoOverlap on a grid of
+// one CTA per SM that takes the blocks in turn (needs p.sched; the default when p.sched is set).
+enum class MhaFastPath : int {
+  Auto = 0,
+  Mma = 1,
+  Wgmma = 2,
+  WgmmaNoOverlap = 3,
+  WgmmaPingpong = 5,
+  WgmmaPersistent = 6
+};
 void mha_attention_fast_path(const MhaParams& p, MhaFastPath path);
 
 }  // namespace mla::cuda

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "platform/cuda/cuda_check.h"
 #include "platform/cuda/mla_decode_launch.h"
 #include "platform/cuda/sm90.cuh"
 #include "platform/gpu/softmax_state.cuh"
@@ -20,6 +21,7 @@ __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restric
   __shared__ float w[kMaxSplits];
   __shared__ float s_lse;
   const int row = blockIdx.x, tid = threadIdx.x;
+  sm90::pdl_wait();  // launched early (launch_combine): the decode kernel's partials are complete
   if (tid < 32) {
     gpu::SoftmaxState st;
     for (int s = tid; s < splits; s += 32) st.m = fmaxf(st.m, ws_lse[size_t(s) * rows_total + row]);
@@ -72,9 +74,21 @@ __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restric
 
 }  // namespace
 
-void launch_combine(const KParams& kp, cudaStream_t stream) {
-  mla_decode_combine<<<unsigned(kp.rows_total), 128, 0, stream>>>(kp.ws_o, kp.ws_lse, kp.splits,
-                                                                   kp.rows_total, kp.o, kp.o_f32, kp.lse);
+void launch_combine(const KParams& kp, cudaStream_t stream, bool early) {
+  // early: programmatic dependent launch; the CTAs start while the decode kernel runs and wait
+  // (pdl_wait) for its end, so the launch latency hides under its tail.
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(kp.rows_total));
+  cfg.blockDim = dim3(128);
+  cfg.stream = stream;
+  cfg.attrs = early ? &attr : nullptr;
+  cfg.numAttrs = early ? 1 : 0;
+  MLA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mla_decode_combine, static_cast<const float*>(kp.ws_o),
+                                    static_cast<const float*>(kp.ws_lse), kp.splits, kp.rows_total, kp.o,
+                                    kp.o_f32, kp.lse));
 }
 
 }  // namespace mla::cuda::mla_decode

@@ -54,7 +54,9 @@ void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8);
 // ≤ 16 rows leave room for two).
 constexpr int narrow_ctas_per_sm(int tile_rows, bool fp8) { return fp8 && tile_rows <= 16 ? 2 : 1; }
 void launch_narrow(const KParams& kp, dim3 grid, cudaStream_t stream, int tile_rows, bool fp8);
-// Merges the kp.splits partial results of the workspace into kp.o / kp.lse.
-void launch_combine(const KParams& kp, cudaStream_t stream);
+// Merges the kp.splits partial results of the workspace into kp.o / kp.lse; early: launched as a
+// programmatic dependent of the decode kernel before it in the stream (every decode kernel calls
+// pdl_launch_dependents at its start).
+void launch_combine(const KParams& kp, cudaStream_t stream, bool early);
 
 }  // namespace mla::cuda::mla_decode

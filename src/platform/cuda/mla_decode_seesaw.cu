@@ -117,6 +117,8 @@ struct Seesaw {
   __device__ __forceinline__ void qk(float (&s)[32], int buf, int phase, const uint32_t (&q8)[4][4],
                                      bool first) const {
 #pragma unroll
+    const uint64_t dk = sw128_desc(sK[buf], 16, 1024), dq = sw128_desc(sQ, 16, 1024);
+#pragma unroll
     for (int c = C0; c < C1; ++c) {
       mbar_wait(barrier(buf, c), phase);
       if constexpr (kFp8) widen<kWg>(buf, c);
@@ -125,10 +127,10 @@ struct Seesaw {
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const uint64_t kd = sw128_desc(sK[buf] + c * kChunkBytes + k * 32, 16, 1024);
+        const uint32_t off = c * kChunkBytes + k * 32;
         const int acc = first && c == C0 && k == 0 ? 0 : 1;
-        if (c < 8) wgmma_m64n64k16_ss<0, 0>(s, sw128_desc(sQ + c * kChunkBytes + k * 32, 16, 1024), kd, acc);
-        else wgmma_m64n64k16_rs<0>(s, q8[k], kd, acc);
+        if (c < 8) wgmma_m64n64k16_ss<0, 0>(s, desc_add(dq, off), desc_add(dk, off), acc);
+        else wgmma_m64n64k16_rs<0>(s, q8[k], desc_add(dk, off), acc);
       }
     }
     wgmma_commit();
@@ -149,7 +151,7 @@ struct Seesaw {
 
   // o += P · V[:, 256·half, +256) of buffer buf; P from registers (pb) or from shared memory (sp).
   __device__ __forceinline__ uint64_t vdesc(int buf, int half, int kk) const {
-    return sw128_desc(sK[buf] + half * 4 * kChunkBytes + kk * 2048, p.v_lbo, p.v_sbo);
+    return desc_add(sw128_desc(sK[buf], p.v_lbo, p.v_sbo), half * 4 * kChunkBytes + kk * 2048);
   }
   __device__ __forceinline__ void pv_regs(float (&o)[128], const uint32_t (&pb)[4][4], int buf, int half) const {
     wgmma_fence();
@@ -161,7 +163,7 @@ struct Seesaw {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n256k16_ss<0, 1>(o, sw128_desc(sp + kk * 32, 16, 1024), vdesc(buf, half, kk), 1);
+      wgmma_m64n256k16_ss<0, 1>(o, desc_add(sw128_desc(sp, 16, 1024), kk * 32), vdesc(buf, half, kk), 1);
     wgmma_commit();
   }
 
@@ -330,6 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const int tid = threadIdx.x, wg = tid >> 7;
+  pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
   CtaWork cw;
   if (!cta_work(p, kRows, cw)) return;
   Seesaw<kFp8> ss{p, cw};

@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
   const uint32_t sSum = sMax + 2 * 64 * 4;        // [2 WG][64 rows] f32
 
   const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
+  pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
   CtaWork cw;
   if (!cta_work(p, kRows, cw)) return;
   const int k_len = cw.k_len, t_begin = cw.t_begin, t_end = cw.t_end;

@@ -77,6 +77,16 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
 }
 
+// ---- programmatic dependent launch ----------------------------------------------------------
+// The stream's next kernel, when launched with programmatic stream serialization, may start once
+// every CTA of this grid has called this (or exited).
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+// Waits until the stream's previous kernel has completed and its writes are visible (returns at
+// once in a grid launched without programmatic stream serialization).
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // ---- mbarriers and TMA ----------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
@@ -192,6 +202,13 @@ __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
          (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+// sw128_desc(addr + off, lbo, sbo) from base = sw128_desc(addr, lbo, sbo), off a multiple of 16:
+// the address field holds addr >> 4 and shared addresses stay below 256 KiB, so adding off >> 4 to
+// the low word never carries out of the field. One add per product instead of building a
+// descriptor (a loop of small products otherwise spends most of its instructions on them).
+__device__ __forceinline__ uint64_t desc_add(uint64_t base, uint32_t off) {
+  return (uint64_t(uint32_t(base >> 32)) << 32) | (uint32_t(base) + (off >> 4));
 }
 
 // The products. wgmma_m64nNk16_ss<kTransA, kTransB>(d, da, db, scale_d): D[64×N] (+)= A[64×16] ·

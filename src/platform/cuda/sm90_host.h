@@ -1,12 +1,15 @@
-// sm90_host.h — the host side of the Hopper (sm_90a) kernels: whether a kernel's sm_90a code runs on
-// the current device, and TMA tensor maps over bf16 tensors (128-byte swizzle, the layout wgmma
-// reads). One definition, shared by mha_prefill.cu and moe_gemm.cu.
+// sm90_host.h — the host side of the Hopper (sm_90a) kernels: the current device's SM count, whether
+// a kernel's sm_90a code runs on it, and TMA tensor maps over bf16 tensors (128-byte swizzle, the
+// layout wgmma reads). One definition, shared by mha_prefill.cu, mla_decode.cpp and moe_gemm.cu.
 #pragma once
 #include <cuda.h>
 
 #include <cstdint>
 
 namespace mla::cuda {
+
+// Multiprocessors of the current device (asked once per device; 132 if the runtime cannot say).
+int device_sms();
 
 // `kernel` was built for sm_90a (binaryVersion 90) and the current device is compute capability 9.x.
 bool sm90a_runs(const void* kernel);

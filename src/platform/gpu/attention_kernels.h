@@ -73,6 +73,9 @@ struct MhaParams {
   void* o;
   float* lse;
   cudaStream_t stream;
+  // Two ints, zero, on the device, that a persistent kernel's block scheduler may count in (it
+  // leaves them zero); one pair per stream that launches it. Null: no persistent grid.
+  int32_t* sched = nullptr;
 };
 void mha_attention_generic(const MhaParams& p);
 
