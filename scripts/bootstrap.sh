@@ -4,7 +4,7 @@
 # apt-get; otherwise it prints the command to run and fails.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ make libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-      libcli11-dev libfmt-dev libonig-dev libutf8proc-dev pkg-config libcpp-httplib-dev curl procps "$@")
+      libcli11-dev libfmt-dev libonig-dev libutf8proc-dev pkg-config libcpp-httplib-dev curl procps ccache "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
