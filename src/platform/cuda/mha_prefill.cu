@@ -1,7 +1,8 @@
 // Flash-style MHA prefill (bf16, tensor cores): ragged requests, causal (bottom-right) or no mask,
 // o and natural-log LSE out. Two bodies (see mha_prefill.h):
 //   mha_mma_kernel   — any instantiated dims: mma.sync.m16n8k16, ldmatrix, cp.async double buffer.
-//   mha_wgmma_kernel — sm_90a, Dqk 192 / Dv 128: TMA producer warpgroup + two wgmma consumer ones.
+//   mha_wgmma_kernel — sm_90a, Dqk 192 / Dv 128: TMA producer warpgroup + two wgmma consumer ones,
+//                      by default on a persistent grid (one CTA per SM, blocks from a counter).
 // Both walk a request's key tiles from the last (the masked diagonal) to the first, skip tiles the
 // causal mask hides entirely, and order blocks longest-first inside groups of heads that share L2.
 #include "platform/cuda/mha_prefill.h"
@@ -14,7 +15,6 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-
 
 #include "platform/cuda/cuda_check.h"
 #include "platform/cuda/sm90.cuh"
@@ -652,10 +652,11 @@ bool dispatch_dims(int qk, int dv, F&& f) {
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
-// The persistent grid counts its blocks in an int and hands them out through p.sched.
-bool persistent_fits(const MhaParams& p) {
+// The sm_90a body numbers its blocks (requests × heads × 128-row query tiles, empty ones of short
+// requests included) in an int, and the persistent grid counts them in p.sched's ints.
+bool wgmma_blocks_fit(const MhaParams& p) {
   const int64_t mblocks = (p.seg.max_q_len + hopper::BM - 1) / hopper::BM;
-  return p.sched && mblocks * p.num_heads * p.seg.num_requests <= INT32_MAX;
+  return mblocks * p.num_heads * p.seg.num_requests <= INT32_MAX;
 }
 
 }  // namespace
@@ -671,13 +672,18 @@ void mha_attention_fast_path(const MhaParams& p, MhaFastPath path) {
   const bool is_v3 = p.qk_dim == hopper::DQK && p.v_dim == hopper::DV;
   // Default sm_90a body: the plain (no intra-warpgroup overlap) one measured fastest at s ≥ 4096 on the
   // H200 (530 vs 510 TFLOP/s at causal s = 4096, 570 vs 495 at 16384; 2026-11-29).
+  // Past 2^31 blocks (one very long request among many short ones) the mma.sync body, whose grid
+  // is 2-D, takes the batch.
   if (path == MhaFastPath::Auto)
-    path = !is_v3 || !wgmma_available() ? MhaFastPath::Mma
-           : persistent_fits(p)          ? MhaFastPath::WgmmaPersistent
-                                         : MhaFastPath::WgmmaNoOverlap;
-  if (path == MhaFastPath::WgmmaPersistent && !persistent_fits(p))
-    gpu::gpu_fail("mha prefill", "the persistent body needs MhaParams::sched and < 2^31 blocks",
-                  "mha_attention_fast_path", __FILE__, __LINE__);
+    path = !is_v3 || !wgmma_available() || !wgmma_blocks_fit(p) ? MhaFastPath::Mma
+           : p.sched                                             ? MhaFastPath::WgmmaPersistent
+                                                                 : MhaFastPath::WgmmaNoOverlap;
+  if (is_v3 && path != MhaFastPath::Mma && !wgmma_blocks_fit(p))
+    gpu::gpu_fail("mha prefill", "the sm_90a body takes at most 2^31 query blocks", "mha_attention_fast_path",
+                  __FILE__, __LINE__);
+  if (path == MhaFastPath::WgmmaPersistent && !p.sched)
+    gpu::gpu_fail("mha prefill", "the persistent body needs MhaParams::sched", "mha_attention_fast_path",
+                  __FILE__, __LINE__);
   if (is_v3 && path != MhaFastPath::Mma) {
     switch (path) {
       case MhaFastPath::WgmmaPersistent: launch_wgmma<false, false, true>(p); return;
