@@ -374,7 +374,10 @@ double gemm_ceiling() {
   return tf;
 }
 
-void bench(const std::vector<MhaFastPath>& paths, double ceiling) {
+// Returns false when a bit-identity check failed (the default path run twice, or the persistent
+// grid against the plain one).
+bool bench(const std::vector<MhaFastPath>& paths, double ceiling) {
+  bool same_bits = true;
   const Shape shapes[] = {
       {"causal s=1024 h=128", 128, 1024, 1024, true},
       {"causal s=4096 h=128", 128, 4096, 4096, true},
@@ -455,10 +458,13 @@ void bench(const std::vector<MhaFastPath>& paths, double ceiling) {
       CK(cudaMemcpy(hs, stats, sizeof hs, cudaMemcpyDeviceToHost));
       return hs[0];
     };
-    std::printf("%-36s auto twice: sum sq diff %.3e (0 = deterministic)\n", s.name,
-                sum_sq_diff(MhaFastPath::Auto, MhaFastPath::Auto));
-    std::printf("%-36s persistent vs plain grid: sum sq diff %.3e (0 = same bits)\n", s.name,
-                sum_sq_diff(MhaFastPath::WgmmaNoOverlap, MhaFastPath::WgmmaPersistent));
+    const double twice = sum_sq_diff(MhaFastPath::Auto, MhaFastPath::Auto);
+    const double grids = sum_sq_diff(MhaFastPath::WgmmaNoOverlap, MhaFastPath::WgmmaPersistent);
+    std::printf("%-36s auto twice: sum sq diff %.3e (0 = deterministic)%s\n", s.name, twice,
+                twice == 0 ? "" : "  FAIL");
+    std::printf("%-36s persistent vs plain grid: sum sq diff %.3e (0 = same bits)%s\n", s.name, grids,
+                grids == 0 ? "" : "  FAIL");
+    same_bits &= twice == 0 && grids == 0;
     CK(cudaFree(q));
     CK(cudaFree(k));
     CK(cudaFree(v));
@@ -468,6 +474,7 @@ void bench(const std::vector<MhaFastPath>& paths, double ceiling) {
     CK(cudaFree(seg));
     CK(cudaFree(stats));
   }
+  return same_bits;
 }
 
 }  // namespace
@@ -546,6 +553,6 @@ int main(int argc, char** argv) {
 
   const double ceil = do_gemm ? gemm_ceiling() : 782.0;
   if (!do_gemm) std::printf("(no GEMM timed: ceiling taken as 782 TFLOP/s, KERNELS.md)\n");
-  if (do_bench && !passed.empty()) bench(passed, ceil);
+  if (do_bench && !passed.empty()) ok &= bench(passed, ceil);
   return ok ? 0 : 1;
 }
