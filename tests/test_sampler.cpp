@@ -217,36 +217,39 @@ namespace {
 // The platform's greedy pick (Engine::step with greedy) is the sampler's: the first of equal
 // maxima; NaN never wins.
 TEST(ArgmaxRows, IsTheSamplersGreedyTokenOnEveryPlatform) {
-  const int64_t V = 5000, R = 7;
-  std::vector<float> x(size_t(R * V));
-  uint64_t h = 1;
-  for (float& v : x) v = float(((h = h * 6364136223846793005ull + 1442695040888963407ull) >> 40) % 1000) / 7.f;
-  x[size_t(1 * V + 17)] = 500.f, x[size_t(1 * V + 4000)] = 500.f;  // a tie across threads' strides
-  x[size_t(2 * V + 4999)] = 1e30f;                                    // the last element
-  for (int64_t i = 0; i < V; ++i) x[size_t(3 * V + i)] = 1.f;          // all equal → 0
-  x[size_t(4 * V + 0)] = NAN, x[size_t(4 * V + 9)] = 900.f;             // NaN first, then the max
-  for (int64_t i = 0; i < V; ++i) x[size_t(5 * V + i)] = NAN;          // all NaN → 0
-  x[size_t(6 * V + 300)] = -INFINITY;
-  std::vector<int32_t> want(static_cast<size_t>(R));
-  SamplingParams greedy;
-  greedy.temperature = 0;
-  for (int64_t r = 0; r < R; ++r) want[size_t(r)] = sample_token(&x[size_t(r * V)], V, greedy, 0.0);
-  EXPECT_EQ(want[1], 17);
-  EXPECT_EQ(want[2], 4999);
-  EXPECT_EQ(want[3], 0);
-  EXPECT_EQ(want[4], 9);  // NaN never wins, first or anywhere
-  EXPECT_EQ(want[5], 0);
-  for (Platform p : {Platform::CPU, Platform::CUDA, Platform::ROCM}) {
-    if (!platform_available(p)) continue;
-    auto ops = make_ops(p, DType::F32);
-    Tensor dx = ops->upload(Tensor::host(DType::F32, {R, V}));
-    Tensor hx = Tensor::host(DType::F32, {R, V});
-    std::memcpy(hx.data(), x.data(), x.size() * 4);
-    dx = ops->upload(hx);
-    Tensor out = ops->empty(DType::I32, {R});
-    ops->argmax_rows(dx, out);
-    Tensor got = ops->download(out);
-    for (int64_t r = 0; r < R; ++r) EXPECT_EQ(got.ptr<int32_t>()[r], want[size_t(r)]) << platform_name(p) << " row " << r;
+  // V: rows of 16-byte loads (several rounds of four in flight at 102400), and rows that are not.
+  for (const int64_t V : {5000, 5003, 102400}) {
+    const int64_t R = 7;
+    std::vector<float> x(size_t(R * V));
+    uint64_t h = 1;
+    for (float& v : x) v = float(((h = h * 6364136223846793005ull + 1442695040888963407ull) >> 40) % 1000) / 7.f;
+    x[size_t(1 * V + 17)] = 500.f, x[size_t(1 * V + V - 1000)] = 500.f;  // a tie across threads' strides
+    x[size_t(2 * V + V - 1)] = 1e30f;                                      // the last element
+    for (int64_t i = 0; i < V; ++i) x[size_t(3 * V + i)] = 1.f;            // all equal → 0
+    x[size_t(4 * V + 0)] = NAN, x[size_t(4 * V + 9)] = 900.f;               // NaN first, then the max
+    for (int64_t i = 0; i < V; ++i) x[size_t(5 * V + i)] = NAN;            // all NaN → 0
+    x[size_t(6 * V + 300)] = -INFINITY;
+    std::vector<int32_t> want(static_cast<size_t>(R));
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    for (int64_t r = 0; r < R; ++r) want[size_t(r)] = sample_token(&x[size_t(r * V)], V, greedy, 0.0);
+    EXPECT_EQ(want[1], 17);
+    EXPECT_EQ(want[2], V - 1);
+    EXPECT_EQ(want[3], 0);
+    EXPECT_EQ(want[4], 9);  // NaN never wins, first or anywhere
+    EXPECT_EQ(want[5], 0);
+    for (Platform p : {Platform::CPU, Platform::CUDA, Platform::ROCM}) {
+      if (!platform_available(p)) continue;
+      auto ops = make_ops(p, DType::F32);
+      Tensor hx = Tensor::host(DType::F32, {R, V});
+      std::memcpy(hx.data(), x.data(), x.size() * 4);
+      Tensor dx = ops->upload(hx);
+      Tensor out = ops->empty(DType::I32, {R});
+      ops->argmax_rows(dx, out);
+      Tensor got = ops->download(out);
+      for (int64_t r = 0; r < R; ++r)
+        EXPECT_EQ(got.ptr<int32_t>()[r], want[size_t(r)]) << platform_name(p) << " V " << V << " row " << r;
+    }
   }
 }
 

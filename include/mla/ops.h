@@ -169,6 +169,13 @@ class Ops {
   // pool layer rows at slots[S] → rows[S, row_dim] in rows' dtype (dequantized)
   virtual void cache_read(const KVPool& pool, int64_t layer, const std::vector<int32_t>& slots,
                           Tensor& rows) = 0;
+  // The end of the latent path for a step's new tokens: q[T, heads, hd], kva[T, row_dim] →
+  // rmsnorm(kva, kv_lora_rank, w, eps); rope(q, heads, hd, q_rot, positions, f);
+  // rope(kva, 1, row_dim, kv_lora_rank, positions, f); cache_write(pool, layer, slots, kva) —
+  // those calls' bits (a platform may fuse them).
+  virtual void finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, int64_t kv_lora_rank,
+                             const Tensor& w, double eps, const std::vector<int32_t>& positions,
+                             const RopeFrequencies& f, KVPool& pool, int64_t layer, const std::vector<int32_t>& slots);
 
   // ---- MHA steps ------------------------------------------------------------------------------
   // kv[S, H·(dn+dv)] (decompressed) + rows[S, row_dim] (k_pe at column kv_lora_rank)

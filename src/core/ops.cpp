@@ -51,4 +51,13 @@ void Ops::add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, do
   rmsnorm(x, x.dim(-1), w, eps);
 }
 
+void Ops::finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, int64_t kv_lora_rank, const Tensor& w,
+                        double eps, const std::vector<int32_t>& positions, const RopeFrequencies& f, KVPool& pool,
+                        int64_t layer, const std::vector<int32_t>& slots) {
+  rmsnorm(kva, kv_lora_rank, w, eps);
+  rope(q, heads, q.dim(-1), q_rot, positions, f);
+  rope(kva, 1, kva.dim(-1), kv_lora_rank, positions, f);
+  cache_write(pool, layer, slots, kva);
+}
+
 }  // namespace mla

@@ -19,10 +19,8 @@ void prepare_latent(MethodContext& c) {
   }
   c.kva = ops.empty(act, {T, cfg.kv_row_dim()});  // [T, 576]
   ops.linear(c.x, c.w.kv_a_proj_with_mqa, c.kva);
-  ops.rmsnorm(c.kva, cfg.kv_lora_rank, c.w.kv_a_layernorm, cfg.latent_norm_eps);
-  ops.rope(c.q, H, cfg.qk_head_dim(), cfg.qk_nope_head_dim, c.plan.positions, c.rope);
-  ops.rope(c.kva, 1, cfg.kv_row_dim(), cfg.kv_lora_rank, c.plan.positions, c.rope);
-  ops.cache_write(c.pool, c.layer, c.plan.new_slots, c.kva);
+  ops.finish_latent(c.q, H, cfg.qk_nope_head_dim, c.kva, cfg.kv_lora_rank, c.w.kv_a_layernorm, cfg.latent_norm_eps,
+                    c.plan.positions, c.rope, c.pool, c.layer, c.plan.new_slots);
 }
 
 void decompress(MethodContext& c, const Tensor& rows, Tensor& k, Tensor& v) {

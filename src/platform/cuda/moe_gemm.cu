@@ -28,15 +28,15 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
   return g / (1.f + expf(-g)) * u;
 }
 
-constexpr int kBN = 64, kBK = 64, kStages = 4, kThreads = 128;  // 4 warps × 16 columns
+constexpr int kBN = 64, kBK = 64, kThreads = 128;  // 4 warps × 16 columns
 
-template <int BM, bool kGated>
+template <int BM, bool kGated, int kStages>
 constexpr int smem_bytes() {
   return kStages * (BM + (kGated ? 2 : 1) * kBN) * kBK * 2;
 }
 
 // A: the activations (x by token for gate/up, h by plan row for down); W0 (and W1 = up): [E, N, Kd].
-template <int BM, bool kGated>
+template <int BM, bool kGated, int kStages>
 __global__ void __launch_bounds__(kThreads) moe_gemm_k(const __nv_bfloat16* a, int topk, gpu::MoePlan plan,
                                                        const __nv_bfloat16* w0, const __nv_bfloat16* w1, int N, int Kd,
                                                        __nv_bfloat16* out) {
@@ -137,23 +137,35 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_k(const __nv_bfloat16* a, i
     }
 }
 
-template <int BM, bool kGated>
-void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0, const void* w1,
-            int64_t N, int64_t Kd, void* out, cudaStream_t s) {
-  if (max_tiles == 0) return;
-  constexpr int smem = smem_bytes<BM, kGated>();
+template <int BM, bool kGated, int kStages>
+void launch_stages(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0, const void* w1,
+                   int64_t N, int64_t Kd, void* out, cudaStream_t s) {
+  constexpr int smem = smem_bytes<BM, kGated, kStages>();
   static bool attr = false;  // per instantiation, once
   if (!attr) {
-    MLA_GPU_CHECK(cudaFuncSetAttribute(moe_gemm_k<BM, kGated>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    MLA_GPU_CHECK(cudaFuncSetAttribute(moe_gemm_k<BM, kGated, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       smem));
     attr = true;
   }
   const dim3 grid(unsigned(max_tiles), unsigned(N / kBN));
-  moe_gemm_k<BM, kGated><<<grid, kThreads, smem, s>>>(
+  moe_gemm_k<BM, kGated, kStages><<<grid, kThreads, smem, s>>>(
       static_cast<const __nv_bfloat16*>(a), topk, plan, static_cast<const __nv_bfloat16*>(w0),
       static_cast<const __nv_bfloat16*>(w1), int(N), int(Kd), static_cast<__nv_bfloat16*>(out));
   MLA_GPU_LAUNCH_CHECK();
 }
 
+// Four stages, or eight when the grid is at most two blocks an SM (decode at a few tokens: the
+// weights stream through few blocks, which need more bytes in flight each). The stage count does
+// not change a sum's order.
+template <int BM, bool kGated>
+void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0, const void* w1,
+            int64_t N, int64_t Kd, void* out, cudaStream_t s) {
+  if (max_tiles == 0) return;
+  if constexpr (BM == 16)
+    if (max_tiles * (N / kBN) <= 2 * int64_t(device_sms()))
+      return launch_stages<BM, kGated, 8>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
+  launch_stages<BM, kGated, 4>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
+}
 // ==== Body 2: wgmma + TMA (sm_90a), 128-row tiles ============================================
 // 384 threads: warpgroup 0 produces (every thread gathers its activation chunks with cp.async and
 // arrives on the stage's barrier when they land; thread 0 also brings the weight boxes with TMA),

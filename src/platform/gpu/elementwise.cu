@@ -113,7 +113,7 @@ __global__ void silu_mul_k(const void* g, const void* u, Elem e, void* out, size
 }
 
 // ---- bf16 fast paths: 8 values (16 bytes) a load; the same per-element math as above ---------
-// Rows of n bf16 values (the chunks a block's threads hold: n ≤ kNormChunks · 8 · kThreads).
+// Rows of n bf16 values (the chunks a block's threads hold: n ≤ kNormChunks · 8 · kNormThreads).
 __global__ void rmsnorm_bf16x8_k(uint16_t* x, int64_t ld, int64_t n, const void* w, Elem we, float eps) {
   rmsnorm_row_as_launched(x, Elem::BF16, size_t(blockIdx.x) * size_t(ld), n, w, we, eps, true);
 }
@@ -180,18 +180,41 @@ __device__ __forceinline__ bool beats(float v, int32_t i, float w, int32_t j) {
   return v > w || (v == w && i < j);
 }
 
-// One block per row: strided scans, then a tree over the block (32-lane groups, then shared memory).
-__global__ void argmax_rows_k(const float* x, int64_t V, int32_t* out) {
+// One block per row: strided scans (16-byte loads, four in flight a thread, when the rows are
+// aligned), then a tree over the block in shared memory. `beats` is a total order, so the scan's
+// order does not change the winner.
+constexpr int kArgmaxThreads = 1024;
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_k(const float* x, int64_t V, bool vec, int32_t* out) {
   const float* row = x + int64_t(blockIdx.x) * V;
   float best = NAN;
   int32_t at = 0x7fffffff;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-    if (beats(row[i], int32_t(i), best, at)) best = row[i], at = int32_t(i);
-  __shared__ float sv[kThreads];
-  __shared__ int32_t si[kThreads];
+  auto see = [&](float v, int64_t i) {
+    if (beats(v, int32_t(i), best, at)) best = v, at = int32_t(i);
+  };
+  auto see4 = [&](const float4& v, int64_t i4) {
+    see(v.x, 4 * i4), see(v.y, 4 * i4 + 1), see(v.z, 4 * i4 + 2), see(v.w, 4 * i4 + 3);
+  };
+  int64_t tail = 0;
+  if (vec) {
+    const float4* r4 = reinterpret_cast<const float4*>(row);
+    const int64_t n4 = V / 4;
+    int64_t i = threadIdx.x;
+    for (; i + 3 * kArgmaxThreads < n4; i += 4 * kArgmaxThreads) {
+      float4 a[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) a[u] = r4[i + u * kArgmaxThreads];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) see4(a[u], i + u * kArgmaxThreads);
+    }
+    for (; i < n4; i += kArgmaxThreads) see4(r4[i], i);
+    tail = 4 * n4;
+  }
+  for (int64_t i = tail + threadIdx.x; i < V; i += kArgmaxThreads) see(row[i], i);
+  __shared__ float sv[kArgmaxThreads];
+  __shared__ int32_t si[kArgmaxThreads];
   sv[threadIdx.x] = best, si[threadIdx.x] = at;
   __syncthreads();
-  for (int w = kThreads / 2; w > 0; w /= 2) {
+  for (int w = kArgmaxThreads / 2; w > 0; w /= 2) {
     if (int(threadIdx.x) < w && beats(sv[threadIdx.x + w], si[threadIdx.x + w], sv[threadIdx.x], si[threadIdx.x]))
       sv[threadIdx.x] = sv[threadIdx.x + w], si[threadIdx.x] = si[threadIdx.x + w];
     __syncthreads();
@@ -253,25 +276,25 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // Rows of n bf16 values every ld, starting 16-byte aligned, that one block holds as chunks of 8.
 // rmsnorm and add_rmsnorm choose alike (on x), so add_rmsnorm keeps add + rmsnorm's bits.
 bool norm_rows_vectorized(const void* x, Elem e, int64_t ld, int64_t n) {
-  return e == Elem::BF16 && n % 8 == 0 && ld % 8 == 0 && n <= int64_t(kNormChunks) * 8 * kThreads && aligned16(x);
+  return e == Elem::BF16 && n % 8 == 0 && ld % 8 == 0 && n <= int64_t(kNormChunks) * 8 * kNormThreads && aligned16(x);
 }
 
 void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps, cudaStream_t s) {
   if (M == 0) return;
   if (norm_rows_vectorized(x, e, ld, n))
-    rmsnorm_bf16x8_k<<<unsigned(M), kThreads, 0, s>>>(static_cast<uint16_t*>(x), ld, n, w, we, eps);
+    rmsnorm_bf16x8_k<<<unsigned(M), kNormThreads, 0, s>>>(static_cast<uint16_t*>(x), ld, n, w, we, eps);
   else
-    rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(x, e, ld, n, w, we, eps);
+    rmsnorm_k<<<unsigned(M), kNormThreads, 0, s>>>(x, e, ld, n, w, we, eps);
   MLA_GPU_LAUNCH_CHECK();
 }
 void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, int64_t n, const void* w, Elem we,
                  float eps, cudaStream_t s) {
   if (M == 0) return;
   if (norm_rows_vectorized(x, e, n, n))
-    add_rmsnorm_bf16x8_k<<<unsigned(M), kThreads, 0, s>>>(h, aligned16(h), y, ye, ye == Elem::BF16 && aligned16(y),
+    add_rmsnorm_bf16x8_k<<<unsigned(M), kNormThreads, 0, s>>>(h, aligned16(h), y, ye, ye == Elem::BF16 && aligned16(y),
                                                           static_cast<uint4*>(x), n, w, we, eps);
   else
-    add_rmsnorm_k<<<unsigned(M), kThreads, 0, s>>>(h, e, y, ye, x, n, w, we, eps);
+    add_rmsnorm_k<<<unsigned(M), kNormThreads, 0, s>>>(h, e, y, ye, x, n, w, we, eps);
   MLA_GPU_LAUNCH_CHECK();
 }
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off, const int32_t* positions,
@@ -310,7 +333,7 @@ void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s) {
 }
 void argmax_rows(const float* x, int64_t R, int64_t V, int32_t* out, cudaStream_t s) {
   if (R == 0) return;
-  argmax_rows_k<<<unsigned(R), kThreads, 0, s>>>(x, V, out);
+  argmax_rows_k<<<unsigned(R), kArgmaxThreads, 0, s>>>(x, V, V % 4 == 0 && aligned16(x), out);
   MLA_GPU_LAUNCH_CHECK();
 }
 void silu_mul(const void* g, const void* u, Elem e, void* out, size_t n, cudaStream_t s) {

@@ -15,6 +15,7 @@
 #include "mla/ops.h"
 #include "platform/gpu/attention_kernels.h"
 #include "platform/gpu/elementwise.h"
+#include "platform/gpu/latent.h"
 #include "platform/gpu/gpu_check.h"
 #include "platform/gpu/moe.h"
 #include "platform/gpu/sampling.h"
@@ -139,6 +140,30 @@ class GpuOps : public Ops {
     Tensor& buf = pool.buffer(layer);
     gpu::cache_write(rows.data(), elem_of(rows.dtype()), buf.data(), elem_of(buf.dtype()), ints(slots, 1),
                       int64_t(slots.size()), D, float(pool.scale(layer)), stream_);
+  }
+  void finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, int64_t kv_lora_rank, const Tensor& w,
+                     double eps, const std::vector<int32_t>& positions, const RopeFrequencies& f, KVPool& pool,
+                     int64_t layer, const std::vector<int32_t>& slots) override {
+    const int64_t T = rows_of(kva), D = pool.config().row_dim, hd = q.dim(-1), half = int64_t(f.inv_freq.size());
+    if (!gpu::latent_finish_fits(half))
+      return Ops::finish_latent(q, heads, q_rot, kva, kv_lora_rank, w, eps, positions, f, pool, layer, slots);
+    expect(kva.dim(-1) == D && q.numel() == T * heads * hd && int64_t(positions.size()) == T &&
+               int64_t(slots.size()) == T && q_rot + 2 * half <= hd && kv_lora_rank + 2 * half <= D &&
+               w.numel() == kv_lora_rank,
+           "finish_latent", "shape mismatch");
+    check_slots(pool, slots, "finish_latent");
+    if (T == 0) return;
+    Tensor& buf = pool.buffer(layer);
+    gpu::LatentFinishParams p{};
+    p.q = q.data(), p.q_elem = elem_of(q.dtype()), p.heads = heads, p.q_head_dim = hd, p.q_rot = q_rot;
+    p.kva = kva.data(), p.kva_elem = elem_of(kva.dtype()), p.row_dim = D, p.lora = kv_lora_rank;
+    p.norm_w = w.data(), p.norm_elem = elem_of(w.dtype()), p.eps = float(eps);
+    p.norm_vec = gpu::norm_rows_vectorized(kva.data(), p.kva_elem, D, kv_lora_rank);
+    p.positions = ints(positions, 0), p.inv_freq = doubles(f.inv_freq), p.half = half;
+    p.af = f.attention_factor, p.interleave = f.interleave;
+    p.pool = buf.data(), p.pool_elem = elem_of(buf.dtype()), p.slots = ints(slots, 1);
+    p.inv_scale = 1.f / float(pool.scale(layer)), p.T = T;
+    gpu::latent_finish(p, stream_);
   }
   void cache_read(const KVPool& pool, int64_t layer, const std::vector<int32_t>& slots, Tensor& rows) override {
     const int64_t D = pool.config().row_dim;

@@ -8,6 +8,10 @@
 
 namespace mla::gpu {
 
+// The block size of every row-norm launch: block_sum's order depends on it, so kernels that fuse a
+// norm launch with it too to keep the norm's bits.
+constexpr int kNormThreads = 256;
+
 // Σ of `ss` over the block (lane groups of 32, then shared memory), in a fixed order.
 __device__ __forceinline__ float block_sum(float ss) {
   __shared__ float part[32];
