@@ -2,8 +2,10 @@
 // greedy / group_limited_greedy, V3 noaux_tc with bias), Ops::moe_experts against a naive f64
 // loop, batch invariance on the GPUs (a token alone and inside T = 37 and T = 128 batches gives
 // bit-identical rows), an expert with no rows, T = 0 and bad input.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -123,6 +125,67 @@ TEST_P(MoeRoute, SameChoiceAsTheHostRouter) {
     // Both compute in double and round once to f32: at most an ulp of f32 apart (measured 0).
     EXPECT_LE(worst, 1.2e-7) << "largest relative weight difference";
     std::cout << "[ moe_route " << GetParam().name << " " << c.name << " ] max rel weight diff " << worst << "\n";
+  }
+}
+
+// moe_router (the router's logits and the routing, fused on the GPUs for decode-sized batches):
+// the logits within f32 summation error of an f64 dot product, the choice exactly route_tokens' of
+// those logits, a row's logits the same bits alone as in its batch on the GPUs, and the fused
+// launch's counters back at zero (a second call routes too).
+TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
+  MLA_OPS_OR_SKIP(ops, GetParam());
+  const int64_t H = 2048;
+  const bool gpu = GetParam().platform != Platform::CPU;
+  for (const RouteCase& c : route_cases()) {
+    const int64_t E = c.r.n_routed_experts, K = c.r.num_experts_per_tok;
+    std::mt19937 g(11);
+    std::uniform_int_distribution<int> q(-127, 127);  // x exact in bf16
+    std::normal_distribution<float> n(0.f, 0.05f);
+    std::vector<float> router(size_t(E * H)), bias;
+    for (float& v : router) v = n(g);
+    if (c.bias)
+      for (int64_t e = 0; e < E; ++e) bias.push_back(float(q(g)) / 512.f);
+    Tensor dr = ops->upload(host_f32(router, {E, H}));
+    Tensor db = c.bias ? ops->upload(host_f32(bias, {E})) : Tensor();
+    std::vector<float> one_row;  // token 3's logits from the T = 5 call
+    double worst = 0;
+    for (int64_t T : {5, 1, 64, 65, 5}) {
+      SCOPED_TRACE(fmt::format("{} T {}", c.name, T));
+      std::vector<float> x(size_t(T * H));
+      for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] = float(q(g)) / 64.f;
+      if (T == 1) std::copy(one_row.begin(), one_row.begin() + H, x.begin());  // token 3 of the first call
+      Tensor x32 = ops->upload(host_f32(x, {T, H})), dx = ops->empty(ops->act_dtype(), {T, H});
+      ops->copy(x32, dx);
+      Tensor dl = ops->empty(DType::F32, {T, E}), ex = ops->empty(DType::I32, {T, K}), w = ops->empty(DType::F32, {T, K});
+      ops->moe_router(dx, dr, db, c.r, dl, ex, w);
+      const Tensor hl = ops->download(dl), hx = ops->download(ex), hw = ops->download(w);
+      const float* l = hl.ptr<float>();
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t e = 0; e < E; ++e) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < H; ++k) {
+            const double p = double(x[size_t(t * H + k)]) * double(router[size_t(e * H + k)]);
+            ref += p, mag += std::abs(p);
+          }
+          worst = std::max(worst, std::abs(double(l[t * E + e]) - ref) / mag);
+        }
+      const std::vector<float> logits(l, l + T * E);
+      const Routing want = route_tokens(c.r, logits, bias, T);
+      for (int64_t i = 0; i < T * K; ++i) {
+        ASSERT_EQ(hx.ptr<int32_t>()[i], want.expert[size_t(i)]) << "token " << i / K << " k " << i % K;
+        EXPECT_LE(std::abs(double(hw.ptr<float>()[i]) - want.weight[size_t(i)]),
+                  1.2e-7 * std::abs(double(want.weight[size_t(i)])));
+      }
+      if (T == 5 && one_row.empty()) {
+        one_row.assign(x.begin() + 3 * H, x.begin() + 4 * H);
+        one_row.insert(one_row.end(), logits.begin() + 3 * E, logits.begin() + 4 * E);
+      } else if (T == 1 && gpu) {
+        EXPECT_EQ(0, std::memcmp(logits.data(), one_row.data() + H, size_t(E) * 4)) << "a row alone differs";
+      }
+    }
+    // f32 sums of 2048 products against f64, relative to Σ|x·w|.
+    EXPECT_LE(worst, 2e-6) << c.name;
+    std::cout << "[ moe_router " << GetParam().name << " " << c.name << " ] max logit error / sum |x w| " << worst << "\n";
   }
 }
 

@@ -739,6 +739,11 @@ void run_benches() {
       {"h128 b16  sq1 sk4096 bf16 s=2", 128, 16, 1, 4096, false, false, 0, 2},
       {"h128 b16  sq1 sk4096 bf16 s=3", 128, 16, 1, 4096, false, false, 0, 3},
       {"h128 b16  sq1 sk4096 bf16 s=8", 128, 16, 1, 4096, false, false, 0, 8},
+      // a V2-Lite-shaped decode at batch 1 (16 heads, short context): the split's fixed costs
+      {"h16  b1   sq1 sk1024 bf16", 16, 1, 1, 1024, false, false},
+      {"h16  b1   sq1 sk1024 bf16 s=4", 16, 1, 1, 1024, false, false, 0, 4},
+      {"h16  b1   sq1 sk1024 bf16 s=8", 16, 1, 1, 1024, false, false, 0, 8},
+      {"h16  b1   sq1 sk1024 bf16 s=16", 16, 1, 1, 1024, false, false, 0, 16},
   };
   for (const BenchCase& bc : cases)
     if (g_case.empty() || std::string(bc.name).find(g_case) != std::string::npos) run_bench(bc);

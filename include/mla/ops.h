@@ -207,6 +207,10 @@ class Ops {
   //   → expert[T, K] i32, weight[T, K] f32: route_tokens' choice (ids exactly, weights in f32).
   virtual void moe_route(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r,
                          Tensor& expert, Tensor& weight) = 0;
+  // x[T, hidden] · router[E, hidden]ᵀ → router_logits[T, E] f32, then moe_route's choice from them:
+  // linear + moe_route (a platform may fuse them; its logits then sum each row in one fixed order).
+  virtual void moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
+                          Tensor& router_logits, Tensor& expert, Tensor& weight);
   // x[T, hidden], expert[T, K] i32, weight[T, K] f32; stacked experts gate[E, I, hidden],
   // up[E, I, hidden], down[E, hidden, I] → out[T, hidden] (overwritten):
   //   out[t] = Σ_{k=0..K-1} weight[t, k] · down_e(silu(gate_e · x_t) ⊙ up_e · x_t), e = expert[t, k],

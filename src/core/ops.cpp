@@ -51,6 +51,12 @@ void Ops::add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, do
   rmsnorm(x, x.dim(-1), w, eps);
 }
 
+void Ops::moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
+                     Tensor& router_logits, Tensor& expert, Tensor& weight) {
+  linear(x, router, router_logits);
+  moe_route(router_logits, bias, r, expert, weight);
+}
+
 void Ops::finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, int64_t kv_lora_rank, const Tensor& w,
                         double eps, const std::vector<int32_t>& positions, const RopeFrequencies& f, KVPool& pool,
                         int64_t layer, const std::vector<int32_t>& slots) {

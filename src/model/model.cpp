@@ -172,9 +172,8 @@ Tensor Model::moe(const Layer& l, const Tensor& x) {
     lane->main();
   }
   Tensor logits = ops_.empty(DType::F32, {T, E});  // [T, E], f32 as HF computes the router
-  ops_.linear(x, l.router, logits);
   Tensor expert = ops_.empty(DType::I32, {T, K}), weight = ops_.empty(DType::F32, {T, K});  // [T, K]
-  ops_.moe_route(logits, l.bias, routing_, expert, weight);
+  ops_.moe_router(x, l.router, l.bias, routing_, logits, expert, weight);
   Tensor out = ops_.empty(ops_.act_dtype(), {T, cfg_.hidden_size()});  // [T, hidden]
   ops_.moe_experts(x, expert, weight, l.experts.gate_proj, l.experts.up_proj, l.experts.down_proj, out);
   if (l.shared) {

@@ -39,6 +39,8 @@ GpuOps::GpuOps(Platform platform, DType act) : platform_(platform), act_(act) {
   cudaDeviceProp prop{};
   MLA_GPU_CHECK(cudaGetDeviceProperties(&prop, 0));
   num_sms_ = prop.multiProcessorCount;
+  MLA_GPU_CHECK(cudaMalloc(&router_done_, 2 * kMoeRouterTokens * sizeof(unsigned)));
+  MLA_GPU_CHECK(cudaMemset(router_done_, 0, 2 * kMoeRouterTokens * sizeof(unsigned)));
   // Tests set MLA_CUDA_POISON=1: every new buffer starts as NaN, so an output a kernel forgot to
   // write shows up instead of passing on stale zeros.
   const char* poison = std::getenv("MLA_CUDA_POISON");
@@ -59,6 +61,7 @@ GpuOps::~GpuOps() {
   for (cudaEvent_t e : upload_events_)
     if (e) (void)cudaEventDestroy(e);
   for (cudaEvent_t e : mark_events_) (void)cudaEventDestroy(e);
+  (void)cudaFree(router_done_);
 }
 
 std::shared_ptr<void> GpuOps::alloc_staging(size_t bytes) {
@@ -289,7 +292,8 @@ void GpuOps::end_step() noexcept {
   step_segs_[0] = step_segs_[1] = StepSegments{};
 }
 
-void GpuOps::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& expert, Tensor& weight) {
+MoeRouteParams GpuOps::route_params(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& expert,
+                                    Tensor& weight) {
   r.validate();
   const int64_t E = r.n_routed_experts, K = r.num_experts_per_tok, T = rows_of(logits);
   expect(logits.dtype() == DType::F32 && logits.dim(-1) == E, "moe_route",
@@ -299,7 +303,6 @@ void GpuOps::moe_route(const Tensor& logits, const Tensor& bias, const MoeRoutin
   expect(expert.dtype() == DType::I32 && expert.numel() == T * K && weight.dtype() == DType::F32 && weight.numel() == T * K,
          "moe_route", fmt::format("expert / weight are not [{}, {}] i32 / f32", T, K));
   expect(E <= kMoeMaxExperts, "moe_route", fmt::format("{} experts (at most {})", E, kMoeMaxExperts));
-  if (T == 0) return;
   MoeRouteParams p;
   p.logits = logits.ptr<float>();
   p.bias = bias.defined() ? bias.ptr<float>() : nullptr;
@@ -311,7 +314,26 @@ void GpuOps::moe_route(const Tensor& logits, const Tensor& bias, const MoeRoutin
   p.routed_scaling_factor = r.routed_scaling_factor;
   p.expert = expert.ptr<int32_t>();
   p.weight = weight.ptr<float>();
+  return p;
+}
+
+void GpuOps::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& expert, Tensor& weight) {
+  const MoeRouteParams p = route_params(logits, bias, r, expert, weight);
   gpu::moe_route(p, stream_);
+}
+
+void GpuOps::moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
+                        Tensor& logits, Tensor& expert, Tensor& weight) {
+  const int64_t T = rows_of(x), H = x.dim(-1), E = r.n_routed_experts;
+  const bool fused = T <= kMoeRouterTokens && router.dtype() == DType::F32 &&
+                     (x.dtype() == DType::F32 || x.dtype() == DType::BF16);
+  if (!fused) return Ops::moe_router(x, router, bias, r, logits, expert, weight);
+  expect(router.rank() == 2 && router.dim(0) == E && router.dim(1) == H && logits.numel() == T * E, "moe_router",
+         fmt::format("router {} for x {} and {} experts", shape_str(router.shape()), shape_str(x.shape()), E));
+  MoeRouteParams p = route_params(logits, bias, r, expert, weight);
+  if (T == 0) return;
+  unsigned* done = router_done_ + (stream_ == main_stream_ ? 0 : kMoeRouterTokens);
+  gpu::moe_router(x.data(), elem_of(x.dtype()), router.ptr<float>(), H, p, done, stream_);
 }
 
 GpuOps::MoeShape GpuOps::moe_shape(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,

@@ -243,6 +243,9 @@ class GpuOps : public Ops {
 
   void moe_route(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r, Tensor& expert,
                  Tensor& weight) override;
+  // Decode-sized batches (gpu::kMoeRouterTokens at most) in one launch; larger ones as linear + moe_route.
+  void moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r, Tensor& router_logits,
+                  Tensor& expert, Tensor& weight) override;
   // The portable path: plan, the grouped GEMMs of moe.cu, combine.
   void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
                    const Tensor& down, Tensor& out) override;
@@ -319,6 +322,10 @@ class GpuOps : public Ops {
                      const Tensor& down, const Tensor& out);
   // A plan for T·K slots in tiles of bm rows, on a fresh device buffer (kept alive by `keep`).
   MoePlan moe_plan(const Tensor& expert, const MoeShape& m, int bm, Tensor& keep);
+  // moe_route's checks and its kernel parameters (logits as given).
+  MoeRouteParams route_params(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r, Tensor& expert,
+                              Tensor& weight);
+  unsigned* router_done_ = nullptr;  // [2 lanes][kMoeRouterTokens] zero counters of moe_router
   DeviceSegments segments(const AttnSegments& seg, int64_t nq, int64_t nk) {
     const size_t n = seg.q_len.size();
     if (const StepSegments* s = step_segments(seg)) {  // checked in begin_step but for nq / nk

@@ -15,6 +15,9 @@
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaGetDeviceProperties hipGetDeviceProperties
 #define cudaDeviceProp hipDeviceProp_t
+#define cudaMalloc hipMalloc
+#define cudaFree hipFree
+#define cudaMemset hipMemset
 #define cudaMallocAsync hipMallocAsync
 #define cudaFreeAsync hipFreeAsync
 #define cudaMemcpyAsync hipMemcpyAsync

@@ -8,6 +8,7 @@
 #include "platform/gpu/elem.cuh"
 #include "platform/gpu/gpu_check.h"
 #include "platform/gpu/moe.h"
+#include "platform/gpu/norm.cuh"
 
 namespace mla::gpu {
 namespace {
@@ -22,17 +23,21 @@ __device__ __forceinline__ int rank_of(const double* v, int n, int i) {
   return r;
 }
 
-// Shared memory: scores[E], choice[E], group[G] (double), keep[G], chosen[K] (int).
-__global__ void moe_route_k(MoeRouteParams p) {
-  extern __shared__ double sm[];
-  const int E = p.E, G = p.n_group, K = p.K, t = blockIdx.x, tid = threadIdx.x;
+// Shared memory of a token's routing: scores[E], choice[E], group[G] (double), keep[G], chosen[K]
+// (int), rounded up to 8 bytes.
+__host__ __device__ inline size_t route_smem_bytes(const MoeRouteParams& p) {
+  return (sizeof(double) * size_t(2 * p.E + p.n_group) + sizeof(int) * size_t(p.n_group + p.K) + 7) / 8 * 8;
+}
+
+// The routing of token t from its logits l[E], by the whole block (moe_route_k's body).
+__device__ void route_token(const MoeRouteParams& p, int t, const float* l, double* sm) {
+  const int E = p.E, G = p.n_group, K = p.K, tid = threadIdx.x;
   double* scores = sm;
   double* choice = scores + E;
   double* group = choice + E;
   int* keep = reinterpret_cast<int*>(group + G);
   int* chosen = keep + G;
   __shared__ double red;
-  const float* l = p.logits + size_t(t) * E;
   for (int k = tid; k < K; k += blockDim.x) chosen[k] = -1;  // stays −1 only under NaN logits
   if (p.sigmoid) {
     for (int e = tid; e < E; e += blockDim.x) scores[e] = 1.0 / (1.0 + exp(-double(l[e])));
@@ -97,6 +102,61 @@ __global__ void moe_route_k(MoeRouteParams p) {
       p.weight[size_t(t) * K + k] = float(w * p.routed_scaling_factor);
     }
   }
+}
+
+__global__ void moe_route_k(MoeRouteParams p) {
+  extern __shared__ double sm[];
+  route_token(p, blockIdx.x, p.logits + size_t(blockIdx.x) * p.E, sm);
+}
+
+// The router's logits and the routing in one launch: block (t, e) sums x[t] · w[e] (each thread
+// its 4-wide chunks in index order, then block_sum's fixed tree), and the last of token t's blocks
+// to finish routes it from the logits the others wrote. That block sets the token's counter back to
+// zero for the next launch.
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_router_k(const void* x, Elem xe, const float* w, int hidden, bool vec, MoeRouteParams p, unsigned* done) {
+  extern __shared__ double sm[];
+  __shared__ bool last;
+  const int t = blockIdx.x, e = blockIdx.y;
+  float* logits = const_cast<float*>(p.logits);
+  const size_t xrow = size_t(t) * size_t(hidden);
+  const float* wr = w + size_t(e) * size_t(hidden);
+  float acc = 0.f;
+  if (vec) {  // hidden a multiple of 4, w 16-byte aligned: 4 values a thread a step, all loads issued first
+    const float4* w4 = reinterpret_cast<const float4*>(wr);
+    constexpr int kIn = 4;  // chunks a thread loads before it adds
+    for (int j0 = threadIdx.x; j0 < hidden / 4; j0 += kIn * kRouteThreads) {
+      float4 b[kIn];
+      float a[kIn][4];
+#pragma unroll
+      for (int u = 0; u < kIn; ++u) {
+        const int j = j0 + u * kRouteThreads;
+        b[u] = j < hidden / 4 ? w4[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) a[u][c] = j < hidden / 4 ? load_elem(x, xe, xrow + size_t(4 * j + c)) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kIn; ++u) acc += a[u][0] * b[u].x + a[u][1] * b[u].y + a[u][2] * b[u].z + a[u][3] * b[u].w;
+    }
+  } else {
+    for (int k = threadIdx.x; k < hidden; k += kRouteThreads) acc += load_elem(x, xe, xrow + k) * wr[k];
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) {
+    logits[size_t(t) * p.E + e] = acc;
+    __threadfence();
+    last = atomicAdd(&done[t], 1u) == gridDim.y - 1;
+    if (last) done[t] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The token's logits into shared memory past the routing's arrays (volatile: past the L1).
+  float* l = reinterpret_cast<float*>(reinterpret_cast<char*>(sm) + route_smem_bytes(p));
+  const volatile float* src = logits + size_t(t) * p.E;
+  for (int i = threadIdx.x; i < p.E; i += blockDim.x) l[i] = src[i];
+  __syncthreads();
+  route_token(p, t, l, sm);
 }
 
 constexpr int kAlignThreads = 1024;
@@ -232,8 +292,17 @@ __global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const f
 
 void moe_route(const MoeRouteParams& p, cudaStream_t s) {
   if (p.T == 0) return;
-  const size_t smem = sizeof(double) * size_t(2 * p.E + p.n_group) + sizeof(int) * size_t(p.n_group + p.K);
-  moe_route_k<<<p.T, kRouteThreads, smem, s>>>(p);
+  moe_route_k<<<p.T, kRouteThreads, route_smem_bytes(p), s>>>(p);
+  MLA_GPU_LAUNCH_CHECK();
+}
+
+void moe_router(const void* x, Elem xe, const float* w, int64_t hidden, const MoeRouteParams& p, unsigned* done,
+                cudaStream_t s) {
+  if (p.T == 0) return;
+  const bool vec = hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0;
+  const size_t smem = route_smem_bytes(p) + sizeof(float) * size_t(p.E);
+  const dim3 grid(unsigned(p.T), unsigned(p.E));
+  moe_router_k<<<grid, kRouteThreads, smem, s>>>(x, xe, w, int(hidden), vec, p, done);
   MLA_GPU_LAUNCH_CHECK();
 }
 

@@ -24,6 +24,12 @@ struct MoeRouteParams {
 };
 constexpr int kMoeMaxExperts = 1024;  // shared-memory bound of the router and the plan
 void moe_route(const MoeRouteParams& p, cudaStream_t s);
+// The router's logits (p.logits, written: [T, E] = x[T, hidden] · w[E, hidden]ᵀ, f32 sums in a
+// fixed order per row) and moe_route's choice from them, in one launch. done[T]: zero counters,
+// zero again when the launch ends. For decode-sized T (kMoeRouterTokens at most).
+constexpr int64_t kMoeRouterTokens = 64;
+void moe_router(const void* x, Elem xe, const float* w, int64_t hidden, const MoeRouteParams& p, unsigned* done,
+                cudaStream_t s);
 
 // The slots (t·K + k) grouped by expert: rows[offsets[e] .. offsets[e+1]) are expert e's slots
 // (their order within an expert is unspecified: no result depends on it), pos[slot] is the slot's
