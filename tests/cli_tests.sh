@@ -93,6 +93,8 @@ grep -c '"kind": "decode"' "$tmp/out" | grep -q '^2$' && grep -q '"kind": "prefi
 expect bench_model_sampled 0 '"kind": "sample_rows"' -- bench-model --model "$M" --batch 1,3 --context 8 --steps 2 --prefill 0 --reps 1 --temperature 0.8
 grep -q '"sampling": "platform"' "$tmp/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL bench_model_sampled_rows"; }
 expect bench_model_host_sampling_alone 2 'need --temperature' -- bench-model --model "$M" --host-sampling
+# --activity needs the device's own record of its work (CUPTI on CUDA): refused on the CPU.
+expect bench_model_activity_cpu 1 'keeps no record of device activity' -- bench-model --model "$M" --batch 1 --context 8 --steps 2 --prefill 0 --reps 1 --activity
 printf '313 482 298\n474,414 405\n94 97 305\n' >"$tmp/prompt.txt"
 expect generate_file 0 '^15,99,85$' -- generate --model "$M" --prompt-file "$tmp/prompt.txt" --max-new-tokens 3
 "$MLA" generate --model "$M" --ids 5,6,7 --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 >"$tmp/s1" 2>/dev/null

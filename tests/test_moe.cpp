@@ -128,10 +128,11 @@ TEST_P(MoeRoute, SameChoiceAsTheHostRouter) {
   }
 }
 
-// moe_router (the router's logits and the routing, fused on the GPUs for decode-sized batches):
-// the logits within f32 summation error of an f64 dot product, the choice exactly route_tokens' of
-// those logits, a row's logits the same bits alone as in its batch on the GPUs, and the fused
-// launch's counters back at zero (a second call routes too).
+// moe_router (the router's logits and the routing; on the GPUs one launch up to 64 tokens, a GEMM
+// and moe_route beyond): the logits within f32 summation error of an f64 dot product, the choice
+// exactly route_tokens' of those logits, a row's logits the same bits alone as in a batch of any
+// size up to 64 on the GPUs, and the fused launch's counters back at zero (every later call routes
+// too).
 TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
   MLA_OPS_OR_SKIP(ops, GetParam());
   const int64_t H = 2048;
@@ -147,20 +148,20 @@ TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
       for (int64_t e = 0; e < E; ++e) bias.push_back(float(q(g)) / 512.f);
     Tensor dr = ops->upload(host_f32(router, {E, H}));
     Tensor db = c.bias ? ops->upload(host_f32(bias, {E})) : Tensor();
-    std::vector<float> one_row;  // token 3's logits from the T = 5 call
+    std::vector<float> first_x, first_logits;  // row 0 of the first call: every later call has it at row T / 2
     double worst = 0;
-    for (int64_t T : {5, 1, 64, 65, 5}) {
+    for (int64_t T : {5, 1, 64, 65, 300, 5, 600}) {
       SCOPED_TRACE(fmt::format("{} T {}", c.name, T));
       std::vector<float> x(size_t(T * H));
       for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] = float(q(g)) / 64.f;
-      if (T == 1) std::copy(one_row.begin(), one_row.begin() + H, x.begin());  // token 3 of the first call
+      if (!first_x.empty()) std::copy(first_x.begin(), first_x.end(), x.begin() + (T / 2) * H);
       Tensor x32 = ops->upload(host_f32(x, {T, H})), dx = ops->empty(ops->act_dtype(), {T, H});
       ops->copy(x32, dx);
       Tensor dl = ops->empty(DType::F32, {T, E}), ex = ops->empty(DType::I32, {T, K}), w = ops->empty(DType::F32, {T, K});
       ops->moe_router(dx, dr, db, c.r, dl, ex, w);
       const Tensor hl = ops->download(dl), hx = ops->download(ex), hw = ops->download(w);
       const float* l = hl.ptr<float>();
-      for (int64_t t = 0; t < T; ++t)
+      for (int64_t t = 0; t < T; t += T > 64 ? 7 : 1)
         for (int64_t e = 0; e < E; ++e) {
           double ref = 0, mag = 0;
           for (int64_t k = 0; k < H; ++k) {
@@ -176,11 +177,12 @@ TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
         EXPECT_LE(std::abs(double(hw.ptr<float>()[i]) - want.weight[size_t(i)]),
                   1.2e-7 * std::abs(double(want.weight[size_t(i)])));
       }
-      if (T == 5 && one_row.empty()) {
-        one_row.assign(x.begin() + 3 * H, x.begin() + 4 * H);
-        one_row.insert(one_row.end(), logits.begin() + 3 * E, logits.begin() + 4 * E);
-      } else if (T == 1 && gpu) {
-        EXPECT_EQ(0, std::memcmp(logits.data(), one_row.data() + H, size_t(E) * 4)) << "a row alone differs";
+      if (first_x.empty()) {
+        first_x.assign(x.begin(), x.begin() + H);
+        first_logits.assign(logits.begin(), logits.begin() + E);
+      } else if (gpu && T <= 64) {
+        EXPECT_EQ(0, std::memcmp(&logits[size_t((T / 2) * E)], first_logits.data(), size_t(E) * 4))
+            << "the row's logits differ from the first call's";
       }
     }
     // f32 sums of 2048 products against f64, relative to Σ|x·w|.

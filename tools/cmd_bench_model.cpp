@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cxxabi.h>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -128,6 +130,75 @@ nlohmann::json time_sample_rows(Ops& ops, int64_t R, int64_t V, double t, int re
 
 }  // namespace
 
+namespace {
+
+// One step's device activity: the kernels' span (first kernel's start to the last kernel's end),
+// the time inside it when no kernel runs (the union of the kernels' intervals, so side-lane
+// overlap counts once), the gaps between busy stretches, and the copies around the kernels.
+nlohmann::json activity_summary(const std::vector<DeviceSpan>& spans) {
+  std::vector<std::pair<uint64_t, uint64_t>> k;  // kernels' [start, end), in start order
+  int64_t copies = 0;
+  std::map<std::string, std::pair<int64_t, double>> by_name;  // calls, µs
+  for (const DeviceSpan& d : spans) {
+    if (d.name == "memcpy" || d.name == "memset") {
+      ++copies;
+      continue;
+    }
+    k.emplace_back(d.start_ns, d.end_ns);
+    int status = 0;
+    char* dm = abi::__cxa_demangle(d.name.c_str(), nullptr, nullptr, &status);
+    std::string name = status == 0 && dm ? dm : d.name;
+    std::free(dm);
+    for (size_t at; (at = name.find("(anonymous namespace)::")) != std::string::npos;) name.erase(at, 23);
+    name = name.substr(0, name.find('('));
+    if (name.rfind("void ", 0) == 0) name = name.substr(5);
+    auto& n = by_name[name];
+    n.first += 1, n.second += double(d.end_ns - d.start_ns) / 1e3;
+  }
+  nlohmann::json j{{"kernels", k.size()}, {"copies", copies}};
+  if (k.empty()) return j;
+  uint64_t busy = 0, end = k[0].first;
+  std::vector<double> gaps;  // µs
+  for (const auto& [a, b] : k) {
+    if (a > end) gaps.push_back(double(a - end) / 1e3);
+    busy += b > std::max(a, end) ? b - std::max(a, end) : 0;
+    end = std::max(end, b);
+  }
+  const uint64_t span = end - k[0].first;
+  std::sort(gaps.begin(), gaps.end());
+  double gap_sum = 0;
+  for (double g : gaps) gap_sum += g;
+  std::vector<std::pair<double, std::string>> top;
+  for (const auto& [name, n] : by_name) top.emplace_back(n.second, fmt::format("{} ×{}", name, n.first));
+  std::sort(top.rbegin(), top.rend());
+  nlohmann::json heavy = nlohmann::json::array();
+  for (size_t i = 0; i < top.size() && i < 8; ++i) heavy.push_back({{"kernel", top[i].second}, {"us", top[i].first}});
+  j["kernel_span_ms"] = double(span) / 1e6;
+  j["busy_ms"] = double(busy) / 1e6;
+  j["idle_fraction"] = 1.0 - double(busy) / double(span);
+  j["gaps"] = gaps.size();
+  j["gap_median_us"] = gaps.empty() ? 0.0 : gaps[gaps.size() / 2];
+  j["gap_max_us"] = gaps.empty() ? 0.0 : gaps.back();
+  j["gap_sum_ms"] = gap_sum / 1e3;
+  j["heaviest"] = heavy;
+  return j;
+}
+
+void print_activity(const nlohmann::json& a) {
+  if (!a.contains("busy_ms")) return;
+  std::fprintf(stderr,
+               "    activity: %ld kernels, %ld copies; kernels busy %.3f of their %.3f ms (idle %.1f %%: %ld gaps, "
+               "median %.2f us, largest %.1f us)\n",
+               long(a["kernels"]), long(a["copies"]), double(a["busy_ms"]), double(a["kernel_span_ms"]),
+               100 * double(a["idle_fraction"]), long(a["gaps"]), double(a["gap_median_us"]),
+               double(a["gap_max_us"]));
+  std::string h;
+  for (const auto& x : a["heaviest"]) h += fmt::format("  {} {:.0f} us;", std::string(x["kernel"]), double(x["us"]));
+  std::fprintf(stderr, "    heaviest:%s\n", h.c_str());
+}
+
+}  // namespace
+
 void add_bench_model_command(CLI::App& app, int& rc) {
   struct Opts : RunOpts {
     std::string batches = "1,16,64,128";
@@ -137,6 +208,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     double temperature = 0;
     bool host_sampling = false;
     std::string sample_vocab;
+    bool activity = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("bench-model", "Whole-model decode and prefill speed against the in-run rooflines (JSON)");
@@ -155,6 +227,9 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                 "with --temperature: download the logits and sample on the host (the path for penalties and logprobs)");
   sub->add_option("--sample-vocab", o->sample_vocab,
                   "with --temperature: vocabulary sizes of the sample_rows timing, comma-separated (default: the model's)");
+  sub->add_flag("--activity", o->activity,
+                "record one more decode step of each batch with the device's own activity record (CUPTI on "
+                "CUDA): kernels, their busy time and the idle gaps between them");
   sub->callback([o, &rc] {
     o->parse();
     std::vector<int64_t> batches;
@@ -188,9 +263,11 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       }
     int64_t pool = 64;
     for (const auto& [r, n] : prefills) pool = std::max(pool, r * (n + o->page_size) + 64);
-    for (int64_t b : batches) pool = std::max(pool, b * (o->context + o->steps + 4 + o->page_size));
+    for (int64_t b : batches) pool = std::max(pool, b * (o->context + o->steps + 6 + o->page_size));
     Session s = open_session(*o, pool);
     Ops& ops = *s.ops;
+    if (o->activity && !ops.can_record_activity())
+      fail("--activity: {} keeps no record of device activity", ops.name());
     const ModelConfig& c = s.lm.config;
     const bool small = ops.platform() == Platform::CPU;
     const Ceilings ceil = measure_ceilings(ops, small, o->reps);
@@ -293,6 +370,13 @@ void add_bench_model_command(CLI::App& app, int& rc) {
         if (k == 0) ops.timeline();
       }
       const auto [device_ms, sections] = read_sections();
+      nlohmann::json activity;
+      if (o->activity) {  // the production graph (no marks), warm, then one step recorded
+        decode_step(o->steps + 4);
+        ops.activity_begin();
+        decode_step(o->steps + 5);
+        activity = activity_summary(ops.activity_end());
+      }
       for (int64_t r = 0; r < B; ++r) e.release(RequestId(r + 1));
       const double step_s = median(times), ctx = double(o->context + o->steps / 2);
       const double E = double(c.n_routed_experts), K = double(c.num_experts_per_tok);
@@ -313,6 +397,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                          {"graph_captures", counted.graph_captures},
                          // the device's time in the model's sections (one step, timeline events)
                          {"device_ms", device_ms}, {"sections_ms", sections}};
+      if (o->activity) row["activity"] = activity;
       out["rows"].push_back(row);
       std::fprintf(stderr,
                    "  decode b%-4ld ctx %ld: %8.3f ms/step %9.1f tok/s   roofline %7.3f ms (%.2f GB, %.1f GFLOP)  %.2fx"
@@ -322,6 +407,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                    double(counted.d2h_copies) / double(o->steps), double(counted.host_syncs) / double(o->steps),
                    double(counted.graph_replays) / double(o->steps));
       print_sections(device_ms, sections, step_s);
+      if (o->activity) print_activity(activity);
     }
     for (const auto& [R, N] : prefills) {
       std::vector<double> times;

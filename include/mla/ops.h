@@ -20,6 +20,14 @@
 
 namespace mla {
 
+// One piece of device work as the device recorded it (Ops::activity_end): a kernel (its name), a
+// copy ("memcpy") or a memset ("memset"), with its start and end on the device's clock (ns).
+struct DeviceSpan {
+  uint64_t start_ns = 0, end_ns = 0;
+  uint32_t stream = 0;
+  std::string name;
+};
+
 // What an Ops did between the host and the device: during a step (step_counters) or since it was
 // made (counters). The CPU does none of it and reports zeros.
 struct StepCounters {
@@ -122,6 +130,14 @@ class Ops {
   bool timeline_on() const { return timeline_on_; }
   virtual void mark(const char* label);
   virtual std::vector<std::pair<std::string, double>> timeline();
+
+  // ---- device activity (benchmarks) -----------------------------------------------------------
+  // The device's own record of its work between activity_begin() and activity_end() (which waits
+  // for the device): every kernel, copy and memset, graph nodes included. Error on a platform that
+  // keeps no such record (can_record_activity() false).
+  virtual bool can_record_activity() const { return false; }
+  virtual void activity_begin();
+  virtual std::vector<DeviceSpan> activity_end();
 
   // ---- a side lane: work that may run alongside --------------------------------------------------
   // side_begin(): the calls up to side_end() form a side lane, which starts after every earlier

@@ -37,6 +37,9 @@ void Ops::mark(const char* label) {
   marks_.emplace_back(label, std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
+void Ops::activity_begin() { fail("{}: no record of device activity on this platform", name()); }
+std::vector<DeviceSpan> Ops::activity_end() { fail("{}: no record of device activity on this platform", name()); }
+
 std::vector<std::pair<std::string, double>> Ops::timeline() {
   std::vector<std::pair<std::string, double>> t;
   for (size_t i = 0; i + 1 < marks_.size(); ++i)

@@ -6,6 +6,7 @@
 
 #include "mla/error.h"
 #include "mla/platform_ops.h"
+#include "platform/cuda/activity.h"
 #include "platform/cuda/cuda_check.h"
 #include "platform/cuda/mha_prefill.h"
 #include "platform/cuda/mla_decode.h"
@@ -51,6 +52,13 @@ class CudaOps final : public GpuOps {
   }
 
   std::string name() const override { return fmt::format("cuda-{}", dtype_name(act_dtype())); }
+
+  bool can_record_activity() const override { return true; }
+  void activity_begin() override {
+    if (capturing()) fail("cuda: activity_begin while a graph is being recorded");
+    cuda::activity_begin();
+  }
+  std::vector<DeviceSpan> activity_end() override { return cuda::activity_end(); }
 
   // ---- step graphs: CUDA graphs of the calls between begin_capture and end_capture ----
   bool can_capture() const override { return true; }
