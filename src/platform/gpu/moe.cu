@@ -160,11 +160,15 @@ __global__ void __launch_bounds__(kRouteThreads)
 }
 
 constexpr int kAlignThreads = 1024;
+static_assert(kAlignThreads >= kMoeMaxExperts, "moe_align_k takes a thread per expert");
 
-// One block: counts per expert, offsets, tiles, then each slot's row.
-__global__ void moe_align_k(const int32_t* expert, int n, int E, int bm, MoePlan plan) {
-  extern __shared__ int cnt[];  // [E] counts, then [E] cursors
-  int* cursor = cnt + E;
+// One block: counts per expert, then every expert's row offset and first tile at once (inclusive
+// scans over the experts, a thread each), its tiles, then each slot's row. The tiles come out in
+// expert order, as a pass over the experts in order would write them.
+__global__ void __launch_bounds__(kAlignThreads) moe_align_k(const int32_t* expert, int n, int E, int bm, MoePlan plan) {
+  extern __shared__ int cnt[];  // [E] counts, [E] row ends then cursors, [E] tile ends
+  int* rows = cnt + E;
+  int* tiles = rows + E;
   const int tid = threadIdx.x;
   for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
@@ -173,23 +177,30 @@ __global__ void moe_align_k(const int32_t* expert, int n, int E, int bm, MoePlan
     if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
   }
   __syncthreads();
-  if (tid == 0) {
-    int off = 0, nt = 0;
-    for (int e = 0; e < E; ++e) {
-      plan.offsets[e] = off;
-      cursor[e] = off;
-      for (int r = 0; r < cnt[e]; r += bm) plan.tiles[2 * nt] = e, plan.tiles[2 * nt + 1] = off + r, ++nt;
-      off += cnt[e];
-    }
-    plan.offsets[E] = off;
-    *plan.num_tiles = nt;
+  const int mine = tid < E ? cnt[tid] : 0, my_tiles = (mine + bm - 1) / bm;
+  if (tid < E) rows[tid] = mine, tiles[tid] = my_tiles;
+  __syncthreads();
+  for (int d = 1; d < E; d <<= 1) {  // Hillis–Steele: rows / tiles become inclusive sums
+    int r = 0, t = 0;
+    if (tid < E && tid >= d) r = rows[tid - d], t = tiles[tid - d];
+    __syncthreads();
+    if (tid < E) rows[tid] += r, tiles[tid] += t;
+    __syncthreads();
   }
+  if (tid < E) {
+    const int off = rows[tid] - mine, t0 = tiles[tid] - my_tiles;
+    plan.offsets[tid] = off;
+    for (int j = 0; j < my_tiles; ++j) plan.tiles[2 * (t0 + j)] = tid, plan.tiles[2 * (t0 + j) + 1] = off + j * bm;
+    if (tid == E - 1) plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid];
+  }
+  __syncthreads();
+  if (tid < E) rows[tid] -= mine;  // each expert's cursor starts at its offset
   __syncthreads();
   for (int i = tid; i < n; i += blockDim.x) {
     const int e = expert[i];
     int r = -1;
     if (e >= 0 && e < E) {
-      r = atomicAdd(&cursor[e], 1);
+      r = atomicAdd(&rows[e], 1);
       plan.rows[r] = i;
     }
     plan.pos[i] = r;
@@ -317,7 +328,7 @@ MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
 }
 
 void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& plan, cudaStream_t s) {
-  moe_align_k<<<1, kAlignThreads, sizeof(int) * size_t(2 * E), s>>>(expert, int(n), E, bm, plan);
+  moe_align_k<<<1, kAlignThreads, sizeof(int) * size_t(3 * E), s>>>(expert, int(n), E, bm, plan);
   MLA_GPU_LAUNCH_CHECK();
 }
 
