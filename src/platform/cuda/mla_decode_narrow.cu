@@ -11,6 +11,12 @@
 // are done), not through raw shared-memory stages. That leaves room for two CTAs per SM, so one
 // CTA's widening and softmax run under the other's loads and products; the schedule counts the
 // SM's two slots (narrow_ctas_per_sm).
+//
+// Those fp8 kernels multiply in f16, not bf16: e4m3 → f16 is one cvt per pair, against four for
+// bf16 (through f16 and f32), and the widening was a third of the kernel's instructions. Each Q row
+// is scaled by a power of two 2^k (exact) so that its largest |q| lies in [2^14, 2^15) and every
+// bf16 value of the row is an f16 value; S's row is scaled back by 2^-k with the softmax scale. Pᵀ
+// goes in as P·2^15 in f16 (P ≤ 1; 11 significant bits against bf16's 8), and the output by 2^-15.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -25,12 +31,13 @@ namespace {
 
 using namespace sm90;
 
-// D[64×N] (+)= A[64×16] · B[16×N] for the row tile N = 8, 16 or 32; kTransA: A is MN-major.
-template <int N, int kTransA>
+// D[64×N] (+)= A[64×16] · B[16×N] for the row tile N = 8, 16 or 32; kTransA: A is MN-major; kF16:
+// A and B are f16 (else bf16).
+template <int N, int kTransA, bool kF16>
 __device__ __forceinline__ void wgmma_narrow(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
-  if constexpr (N == 8) wgmma_m64n8k16_ss<kTransA, 0>(d, da, db, scale_d);
-  else if constexpr (N == 16) wgmma_m64n16k16_ss<kTransA, 0>(d, da, db, scale_d);
-  else wgmma_m64n32k16_ss<kTransA, 0>(d, da, db, scale_d);
+  if constexpr (N == 8) wgmma_m64n8k16_ss<kTransA, 0, kF16>(d, da, db, scale_d);
+  else if constexpr (N == 16) wgmma_m64n16k16_ss<kTransA, 0, kF16>(d, da, db, scale_d);
+  else wgmma_m64n32k16_ss<kTransA, 0, kF16>(d, da, db, scale_d);
 }
 
 // The row reductions over the tile's 64 keys, in two steps around a barrier: stage_rows reduces
@@ -75,8 +82,51 @@ struct NarrowSmem {
   static constexpr int kKV = 9 * N * 128;            // the KV area: 2 stages, or 1 bf16 tile
   static constexpr int kP = kKV + (kRegStage<N, kFp8> ? 1 : 2) * kTileBytes;  // Pᵀ [N][64] bf16
   static constexpr int kRed = kP + N * 128;          // f32 [4 warps][N] max, [4][N] sum
-  static constexpr int kBytes = kRed + 2 * 4 * N * 4 + 1024;
+  static constexpr int kQScale = kRed + 2 * 4 * N * 4;  // f32 [N]: 2^-k of each Q row (f16 kernels)
+  static constexpr int kBytes = kQScale + N * 4 + 1024;
 };
+
+// 2^e as a float, e in [−126, 127].
+__device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }
+constexpr float kPScale = 32768.f;  // 2^15: Pᵀ's scale in the f16 kernels
+
+// The f16 kernels' Q (see the top): Q [9][N][64] bf16 at sQ → f16 in place, row r scaled by 2^k_r;
+// 2^−k_r → sScale[r]. N ≤ 16: the 8 threads of a row (tid / 8) are lanes of one warp, and a warp
+// holds either rows in all its lanes or none.
+template <int N>
+__device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) {
+  static_assert(N <= 16, "one pass of 128 threads over the rows");
+  const int row = tid >> 3, sub = tid & 7;
+  if (row >= N) return;
+  float mx = 0.f;
+#pragma unroll
+  for (int i = 0; i < 9; ++i) {
+    const uint4 v = ld_shared_v4(sQ + i * (N * 128) + swz128(row, sub));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(w[e] << 16)), fabsf(__uint_as_float(w[e] & 0xffff0000u))));
+  }
+#pragma unroll
+  for (int d = 1; d < 8; d <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+  // k: largest |q| · 2^k in [2^14, 2^15); 0 for a row of zeros or with an infinity.
+  const int k = mx > 0.f && mx <= 3.4e38f ? min(100, max(-100, 14 - ((__float_as_int(mx) >> 23) - 127))) : 0;
+  const float f = pow2(k);
+#pragma unroll
+  for (int i = 0; i < 9; ++i) {
+    const uint32_t a = sQ + i * (N * 128) + swz128(row, sub);
+    const uint4 v = ld_shared_v4(a);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const __half2 x = __floats2half2_rn(__uint_as_float(w[e] << 16) * f, __uint_as_float(w[e] & 0xffff0000u) * f);
+      h[e] = *reinterpret_cast<const uint32_t*>(&x);
+    }
+    st_shared_v4(a, make_uint4(h[0], h[1], h[2], h[3]));
+  }
+  if (sub == 0) st_shared_f32(sScale + row * 4, pow2(-k));
+}
 
 // fp8, N ≤ 16: one tile's raw rows through this thread's registers, 4 threads per key (keys
 // tid / 4 and tid / 4 + 32), 16-byte pieces tid mod 4 + 4i (i < 9) of each 576-byte row. A tile's
@@ -106,14 +156,14 @@ struct RegTile {
         raw[9 * h + i] = valid ? __ldg(row + (tid & 3) + 4 * i) : make_uint4(0, 0, 0, 0);
     }
   }
-  // Widens the share into the bf16 tile at sKV (piece tid mod 4 + 4i is columns 16·(tid mod 4) + …
+  // Widens the share into the f16 tile at sKV (piece tid mod 4 + 4i is columns 16·(tid mod 4) + …
   // of chunk i: two 16-byte bf16 pieces of the swizzled row).
   __device__ __forceinline__ void widen(const uint4 (&raw)[kPieces], uint32_t sKV) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int i = 0; i < 9; ++i)
-        widen_fp8x16(raw[9 * h + i], sKV + i * kChunkBytes, (tid >> 2) + 32 * h, tid & 3);
+        widen_fp8x16<true>(raw[9 * h + i], sKV + i * kChunkBytes, (tid >> 2) + 32 * h, tid & 3);
   }
 };
 
@@ -122,7 +172,8 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
     mla_narrow_kernel(const KParams p) {
   using L = NarrowSmem<N, kFp8>;
   constexpr bool kRegs = kRegStage<N, kFp8>;
-  constexpr int J = N / 8;  // 8-row groups
+  constexpr bool kF16 = kRegs;  // f16 products (see the top)
+  constexpr int J = N / 8;      // 8-row groups
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = sbase + L::kQ;
@@ -131,6 +182,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
   const uint32_t sP = sbase + L::kP;
   const uint32_t sMax = sbase + L::kRed;   // [4 warps][N] f32
   const uint32_t sSum = sMax + 4 * N * 4;  // [4 warps][N] f32
+  const uint32_t sQScale = sbase + L::kQScale;
 
   const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31;
   const int split = blockIdx.y, H = p.H;
@@ -168,6 +220,11 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
   const RegTile regs{p.kv, slots, k_len, tid};
   uint4 raw[kRegs ? RegTile::kPieces : 1];  // kRegs: the next tile's rows
   int rsl[2];                                // kRegs: the slots of the tile after it
+  float sc[J][2];                            // S → log2 units, per row (kF16: × 2^−k of its Q row)
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) sc[j][c] = p.scale_log2;
 
   if (t_begin < t_end) {
     {  // Q rows (zero past the request)
@@ -186,6 +243,13 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       regs.slots_of(t_begin, rsl);
       regs.fetch(rsl, raw);
       regs.slots_of(t_begin + 1, rsl);
+      cp_async_wait<0>();  // Q
+      q_to_f16<N>(sQ, sQScale, tid);
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) sc[j][c] *= ld_shared_f32(sQScale + (8 * j + 2 * (lane & 3) + c) * 4);
     } else {
       tile.start(t_begin, t_end, sl);
     }
@@ -196,7 +260,6 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       uint32_t kv_tile = sKV;
       if constexpr (kRegs) {
         regs.widen(raw, sKV);  // the tile is free: the last iteration ended with a barrier
-        cp_async_wait<0>();    // Q, on the first tile
         fence_proxy_async();
         __syncthreads();
         if (t + 1 < t_end) {  // in flight during this tile's math
@@ -218,7 +281,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       for (int kk = 0; kk < 36; ++kk) {
         const uint32_t ka = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
         const uint32_t qb = (kk >> 2) * (N * 128) + (kk & 3) * 32;
-        wgmma_narrow<N, 0>(s, desc_add(dk, ka), desc_add(dq, qb), kk > 0);
+        wgmma_narrow<N, 0, kF16>(s, desc_add(dk, ka), desc_add(dq, qb), kk > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -231,8 +294,8 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float v0 = kb < lim[j][c] ? s[4 * j + c] * p.scale_log2 : -INFINITY;
-          const float v1 = kb + 8 < lim[j][c] ? s[4 * j + 2 + c] * p.scale_log2 : -INFINITY;
+          const float v0 = kb < lim[j][c] ? s[4 * j + c] * sc[j][c] : -INFINITY;
+          const float v1 = kb + 8 < lim[j][c] ? s[4 * j + 2 + c] * sc[j][c] : -INFINITY;
           s[4 * j + c] = v0;
           s[4 * j + 2 + c] = v1;
           mx[j][c] = fmaxf(v0, v1);
@@ -252,8 +315,10 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
           const float p1 = ex2(s[4 * j + 2 + c] - base);
           l_run[j][c] = l_run[j][c] * alpha + p0 + p1;
           // Pᵀ[row][key]: keys 16wi + lane/4 (chunk 2wi) and + 8 (chunk 2wi + 1)
-          st_shared_u16(sP + swz128(row, 2 * wi) + (lane >> 2) * 2, bf16_bits(p0));
-          st_shared_u16(sP + swz128(row, 2 * wi + 1) + (lane >> 2) * 2, bf16_bits(p1));
+          const uint16_t b0 = kF16 ? f16_bits(p0 * kPScale) : bf16_bits(p0);
+          const uint16_t b1 = kF16 ? f16_bits(p1 * kPScale) : bf16_bits(p1);
+          st_shared_u16(sP + swz128(row, 2 * wi) + (lane >> 2) * 2, b0);
+          st_shared_u16(sP + swz128(row, 2 * wi + 1) + (lane >> 2) * 2, b1);
 #pragma unroll
           for (int b = 0; b < 8; ++b) {
             o[b][4 * j + c] *= alpha;
@@ -270,7 +335,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       for (int b = 0; b < 8; ++b)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-          wgmma_narrow<N, 1>(o[b], desc_add(dv, b * kChunkBytes + kk * 2048), desc_add(dp, kk * 32), 1);
+          wgmma_narrow<N, 1, kF16>(o[b], desc_add(dv, b * kChunkBytes + kk * 2048), desc_add(dp, kk * 32), 1);
       wgmma_commit();
       wgmma_wait<0>();
 #pragma unroll
@@ -291,7 +356,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       const int prow = row0 + row;
       if (prow >= rows) continue;
       const float l = row_total<false, N>(0.f, sSum, row);  // over all keys
-      const float inv = l > 0.f ? p.out_scale / l : 0.f;
+      const float inv = l > 0.f ? p.out_scale / l * (kF16 ? 1.f / kPScale : 1.f) : 0.f;
       const float lse = l > 0.f ? (m_run[j][c] + log2f(l)) * 0.69314718055994531f : -INFINITY;
       const size_t grow = size_t(q_start) * H + prow;
       const bool write_lse = wi == 0 && (lane >> 2) == 0;

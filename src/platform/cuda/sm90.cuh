@@ -32,6 +32,13 @@ __device__ __forceinline__ uint16_t bf16_bits(float x) {
   const __nv_bfloat16 h = __float2bfloat16_rn(x);
   return *reinterpret_cast<const uint16_t*>(&h);
 }
+// Two e4m3fn codes (low 16 bits) → two f16, `lo` in the low half (exact, one cvt: every e4m3 value
+// is an f16 value).
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  return uint32_t(hr.x) | (uint32_t(hr.y) << 16);
+}
+__device__ __forceinline__ uint16_t f16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
 // Two e4m3fn codes (low 16 bits) → two bf16 (exact: every e4m3 value is a bf16 value).
 __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
   const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
@@ -235,16 +242,22 @@ __device__ __forceinline__ uint64_t desc_add(uint64_t base, uint32_t off) {
              "%110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, " \
              "%124, %125, %126, %127"
 // N columns; R: D's registers; A, B, S, TA, TB: the operand numbers of da, db, scale_d, kTransA,
-// kTransB; then D's operands.
+// kTransB; then D's operands. kF16: A and B hold f16 (else bf16).
+#define MLA_WG_SS_ASM(N, R, A, B, S, TA, TB, T, ...)                                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                     \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " {" R "}, "               \
+               "%" #A ", %" #B ", p, 1, 1, %" #TA ", %" #TB ";\n}\n"                                \
+               : __VA_ARGS__                                                                       \
+               : "l"(da), "l"(db), "r"(scale_d), "n"(kTransA), "n"(kTransB));
 #define MLA_WG_SS(N, R, A, B, S, TA, TB, ...)                                                       \
-  template <int kTransA, int kTransB>                                                              \
+  template <int kTransA, int kTransB, bool kF16 = false>                                           \
   __device__ __forceinline__ void wgmma_m64n##N##k16_ss(float (&d)[N / 2], uint64_t da, uint64_t db, \
                                                         int scale_d) {                             \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                   \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" R "}, "              \
-                 "%" #A ", %" #B ", p, 1, 1, %" #TA ", %" #TB ";\n}\n"                              \
-                 : __VA_ARGS__                                                                     \
-                 : "l"(da), "l"(db), "r"(scale_d), "n"(kTransA), "n"(kTransB));                    \
+    if constexpr (kF16) {                                                                          \
+      MLA_WG_SS_ASM(N, R, A, B, S, TA, TB, "f16", __VA_ARGS__)                                     \
+    } else {                                                                                       \
+      MLA_WG_SS_ASM(N, R, A, B, S, TA, TB, "bf16", __VA_ARGS__)                                    \
+    }                                                                                              \
   }
 MLA_WG_SS(8, MLA_WG_R4, 4, 5, 6, 7, 8, MLA_WG_D4(0))
 MLA_WG_SS(16, MLA_WG_R8, 8, 9, 10, 11, 12, MLA_WG_D4(0), MLA_WG_D4(4))
@@ -272,6 +285,7 @@ MLA_WG_RS(256, MLA_WG_R128, 128, 129, 130, 131, 132, 133, 134, MLA_WG_D64(0), ML
 
 #undef MLA_WG_RS
 #undef MLA_WG_SS
+#undef MLA_WG_SS_ASM
 #undef MLA_WG_R128
 #undef MLA_WG_R64
 #undef MLA_WG_R32
