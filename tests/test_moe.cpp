@@ -150,7 +150,9 @@ TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
     Tensor db = c.bias ? ops->upload(host_f32(bias, {E})) : Tensor();
     std::vector<float> first_x, first_logits;  // row 0 of the first call: every later call has it at row T / 2
     double worst = 0;
-    for (int64_t T : {5, 1, 64, 65, 300, 5, 600}) {
+    // On the GPUs: T ≤ 64 the fused router, to 256 the logits kernel (gpu::kMoeLogitsTokens; the
+    // same bits per row), past it the GEMM.
+    for (int64_t T : {5, 1, 64, 65, 256, 5, 257, 600}) {
       SCOPED_TRACE(fmt::format("{} T {}", c.name, T));
       std::vector<float> x(size_t(T * H));
       for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] = float(q(g)) / 64.f;
@@ -180,7 +182,7 @@ TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
       if (first_x.empty()) {
         first_x.assign(x.begin(), x.begin() + H);
         first_logits.assign(logits.begin(), logits.begin() + E);
-      } else if (gpu && T <= 64) {
+      } else if (gpu && T <= 256) {
         EXPECT_EQ(0, std::memcmp(&logits[size_t((T / 2) * E)], first_logits.data(), size_t(E) * 4))
             << "the row's logits differ from the first call's";
       }
@@ -283,10 +285,10 @@ TEST_P(MoeExperts, MatchTheNaiveLoop) {
   struct Shape3 {
     int64_t T, K, E, I, H;
   };
-  // Multiples of 64 (the CUDA bf16 tensor-core paths: 16-, 64- and, on sm_90a, 128-row tiles) and odd
-  // sizes (the portable path).
-  for (Shape3 s : {Shape3{37, 3, 8, 192, 128}, Shape3{150, 2, 4, 128, 64}, Shape3{600, 2, 4, 128, 256},
-                   Shape3{5, 2, 6, 40, 72}}) {
+  // Multiples of 64 (the CUDA bf16 tensor-core paths: 16-, 32-, 64- and, on sm_90a, 128-row tiles) and
+  // odd sizes (the portable path).
+  for (Shape3 s : {Shape3{37, 3, 8, 192, 128}, Shape3{50, 2, 4, 128, 192}, Shape3{150, 2, 4, 128, 64},
+                   Shape3{600, 2, 4, 128, 256}, Shape3{5, 2, 6, 40, 72}}) {
     SCOPED_TRACE(fmt::format("T {} K {} E {} I {} hidden {}", s.T, s.K, s.E, s.I, s.H));
     const Experts m = random_experts(s.E, s.I, s.H, f.act, 11);
     const Tensor x = random_x(s.T, s.H, f.act, 12);
@@ -324,11 +326,12 @@ TEST_P(MoeExperts, NoTokensAndBadInput) {
   EXPECT_THROW(ops->moe_experts(x, e_f, w, g, u, d, o), Error);        // expert ids must be i32
 }
 
-// A token's row alone, and inside T = 37, 128 and 512 batches of other tokens: bit-identical.
+// A token's row alone, and inside T = 37, 64, 128 and 512 batches of other tokens: bit-identical.
 TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
   const Flavour f = GetParam();
   MLA_OPS_OR_SKIP(ops, f);
-  // On CUDA bf16: T ≤ 37 16-row tiles (mma.sync), T = 128 64-row tiles, T = 512 128-row tiles (wgmma on sm_90a).
+  // On CUDA bf16: T ≤ 37 16-row tiles (mma.sync), T = 64 32-row tiles, T = 128 64-row tiles, T = 512
+  // 128-row tiles (wgmma on sm_90a).
   const int64_t E = 4, K = 2, I = 128, H = 256;
   const Experts m = random_experts(E, I, H, f.act, 21);
   Tensor g = ops->upload(m.gate), u = ops->upload(m.up), d = ops->upload(m.down);
@@ -352,11 +355,12 @@ TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
     ops->moe_experts(ops->upload(x), ops->upload(host_i32(e, {T, K})), ops->upload(host_f32(ww, {T, K})), g, u, d, out);
     return ops->download(out);
   };
-  std::vector<int64_t> all(128), first37(37), many(512);
+  std::vector<int64_t> all(128), first37(37), some(64), many(512);
   for (int64_t i = 0; i < 128; ++i) all[size_t(i)] = 127 - i;  // reversed: other rows, other tiles
   for (int64_t i = 0; i < 37; ++i) first37[size_t(i)] = (i * 5) % 128;
+  for (int64_t i = 0; i < 64; ++i) some[size_t(i)] = (i * 2 + 1) % 128;  // the odd tokens
   for (int64_t i = 0; i < 512; ++i) many[size_t(i)] = (i * 7 + 3) % 128;  // each token 4 times
-  const Tensor big = run(all), mid = run(first37), huge = run(many);
+  const Tensor big = run(all), mid = run(first37), odd = run(some), huge = run(many);
   for (int64_t tok : {int64_t(0), int64_t(5), int64_t(90), int64_t(127)}) {
     SCOPED_TRACE(fmt::format("token {}", tok));
     const Tensor alone = run({tok});
@@ -367,6 +371,10 @@ TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
       if (first37[size_t(i)] == tok)
         EXPECT_EQ(std::memcmp(a, static_cast<const char*>(mid.data()) + size_t(i * H) * es, size_t(H) * es), 0)
             << "inside the T = 37 batch";
+    for (int64_t i = 0; i < 64; ++i)
+      if (some[size_t(i)] == tok)
+        EXPECT_EQ(std::memcmp(a, static_cast<const char*>(odd.data()) + size_t(i * H) * es, size_t(H) * es), 0)
+            << "inside the T = 64 batch";
     for (int64_t i = 0; i < 512; ++i)
       if (many[size_t(i)] == tok)
         EXPECT_EQ(std::memcmp(a, static_cast<const char*>(huge.data()) + size_t(i * H) * es, size_t(H) * es), 0)

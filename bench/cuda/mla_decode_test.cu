@@ -144,6 +144,7 @@ struct Problem {
   bool causal = true;
   float scale = 0.1f;
   float kv_scale = 1.f;
+  bool wide_q = false;  // Q row r × 2^{−24, −8, 0, 12, 20}[r mod 5]: past f16's range both ways
   std::vector<int> q_len, k_len, q_start, k_start;
   int T = 0, max_q = 0, max_k = 0;
   void finish() {
@@ -341,7 +342,8 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   std::vector<uint16_t> q(size_t(pb.T) * pb.H * kD);
   std::vector<float> qf(q.size());
   for (size_t i = 0; i < q.size(); ++i) {
-    q[i] = f2bf(rng.uni());
+    constexpr int kExp[5] = {-24, -8, 0, 12, 20};
+    q[i] = f2bf(pb.wide_q ? std::ldexp(rng.uni(), kExp[(i / kD) % 5]) : rng.uni());
     qf[i] = bf2f(q[i]);
   }
   const size_t rows = size_t(pb.T) * pb.H;
@@ -518,6 +520,17 @@ void run_tests() {
     pb.k_len = {13, 1, 509};
     pb.scale = 0.12f;
     run_test("H16 noncausal fp8 page1", pb, 1, seed++);
+  }
+  for (bool fp8 : {false, true}) {  // Q rows far past f16's range (the f16 fp8 kernels scale each row)
+    Problem pb;
+    pb.H = 16;
+    pb.fp8 = fp8;
+    pb.kv_scale = fp8 ? 0.25f : 1.f;
+    pb.wide_q = true;
+    pb.scale = 1e-7f;  // S · scale of order 1 on the 2^20 rows
+    pb.q_len = {1, 1, 1};  // 16 rows a request: the 16-row kernel (one 2-token request would make it 32)
+    pb.k_len = {77, 1000, 300};
+    run_test(fp8 ? "H16 wide-range Q fp8 page16" : "H16 wide-range Q bf16 page16", pb, 16, seed++);
   }
   if (!g_quick) {  // one long request: many splits
     Problem pb;

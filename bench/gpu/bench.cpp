@@ -394,7 +394,7 @@ json run_bench(const BenchOptions& o) {
     v3.scoring_func = "sigmoid", v3.topk_method = "noaux_tc", v3.norm_topk_prob = true, v3.routed_scaling_factor = 2.5;
     json moe = json::array();
     if (!o.rocm_only) {
-      for (int64_t T : o.quick ? std::vector<int64_t>{1, 128} : std::vector<int64_t>{1, 16, 128, 4096})
+      for (int64_t T : o.quick ? std::vector<int64_t>{1, 128} : std::vector<int64_t>{1, 16, 128, 256, 4096})
         moe.push_back(bench_moe("v2-lite", v2, 1408, 2048, T, T <= 128, c, runs));
       for (int64_t T : {128, 4096}) moe.push_back(bench_moe("v3", v3, 2048, 7168, T, false, c, runs));
     }

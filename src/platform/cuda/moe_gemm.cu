@@ -1,6 +1,6 @@
 // moe_gemm.cu — grouped expert GEMMs on tensor cores (bf16 in, f32 accumulate): a block takes one
 // row tile of one expert (platform/gpu/moe.h's plan) and a slice of output columns. Two bodies:
-//   moe_gemm_k  — 16- or 64-row tiles, 64 columns: a 4-stage cp.async pipeline (64-wide reduction
+//   moe_gemm_k  — 16-, 32- or 64-row tiles, 64 columns: a 4-stage cp.async pipeline (64-wide reduction
 //                 steps, 128B-swizzled shared memory, ldmatrix, mma.sync m16n8k16); decode sizes.
 //   moe_wgmma_k — sm_90a, 128-row tiles (prefill): a producer warpgroup gathers the activation rows
 //                 with cp.async and brings the weights with TMA into 4 stages; two consumer
@@ -327,7 +327,9 @@ int moe_fast_rows(int64_t n, int64_t E, int64_t I, int64_t hidden) {
   // and 256 down columns a block.
   if (n >= 96 * E && I % hopper::Cfg<true>::BNW == 0 && hidden % hopper::Cfg<false>::BNW == 0 && hopper::available())
     return hopper::BM;
-  return n >= 48 * E ? 64 : 16;
+  // 32-row tiles once experts average 20 rows (decode at b256 for V2-Lite: 24): at 16 most
+  // experts would take two tiles, each streaming the expert's weights.
+  return n >= 48 * E ? 64 : n >= 20 * E ? 32 : 16;
 }
 
 bool moe_fast_supports(int64_t I, int64_t hidden) { return I > 0 && hidden > 0 && I % 64 == 0 && hidden % 64 == 0; }
@@ -336,6 +338,7 @@ void moe_gate_up_fast(const void* x, int topk, const gpu::MoePlan& plan, int64_t
                       const void* up, int64_t E, int64_t I, int64_t hidden, void* h, cudaStream_t s) {
   if (bm == hopper::BM) hopper::launch<true>(x, topk, plan, max_tiles, gate, up, E, I, hidden, h, s);
   else if (bm == 64) launch<64, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
+  else if (bm == 32) launch<32, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
   else launch<16, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
 }
 
@@ -343,6 +346,7 @@ void moe_down_fast(const void* h, const gpu::MoePlan& plan, int64_t max_tiles, i
                    int64_t I, int64_t hidden, void* y, cudaStream_t s) {
   if (bm == hopper::BM) hopper::launch<false>(h, 1, plan, max_tiles, down, nullptr, E, hidden, I, y, s);
   else if (bm == 64) launch<64, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);
+  else if (bm == 32) launch<32, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);
   else launch<16, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);
 }
 

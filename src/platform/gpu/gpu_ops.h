@@ -243,7 +243,8 @@ class GpuOps : public Ops {
 
   void moe_route(const Tensor& router_logits, const Tensor& bias, const MoeRouting& r, Tensor& expert,
                  Tensor& weight) override;
-  // Decode-sized batches (gpu::kMoeRouterTokens at most) in one launch; larger ones as linear + moe_route.
+  // Decode-sized batches (gpu::kMoeRouterTokens at most) in one launch; up to gpu::kMoeLogitsTokens the
+  // logits kernel (the same bits per row) + moe_route; larger ones as linear + moe_route.
   void moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r, Tensor& router_logits,
                   Tensor& expert, Tensor& weight) override;
   // The portable path: plan, the grouped GEMMs of moe.cu, combine.

@@ -4,6 +4,7 @@
 // path and every dtype's fallback) and the combine. No host round trip: grids come from host-known
 // bounds, the routing-dependent counts stay on the device.
 #include <cmath>
+#include <type_traits>
 
 #include "platform/gpu/elem.cuh"
 #include "platform/gpu/gpu_check.h"
@@ -109,6 +110,12 @@ __global__ void moe_route_k(MoeRouteParams p) {
   route_token(p, blockIdx.x, p.logits + size_t(blockIdx.x) * p.E, sm);
 }
 
+// One 4-wide chunk of a router logit's sum, for both router kernels. The FMAs are spelled out: left
+// to the compiler, a[0]·b.x + a[1]·b.y contracted into fma(a0, bx, a1·by) in one kernel and
+// fma(a1, by, a0·bx) in the other, and the two kernels' logits differed in the last bit.
+__device__ __forceinline__ float dot4(const float (&a)[4], float4 b) {
+  return __fmaf_rn(a[3], b.w, __fmaf_rn(a[2], b.z, __fmaf_rn(a[1], b.y, __fmul_rn(a[0], b.x))));
+}
 // The router's logits and the routing in one launch: block (t, e) sums x[t] · w[e] (each thread
 // its 4-wide chunks in index order, then block_sum's fixed tree), and the last of token t's blocks
 // to finish routes it from the logits the others wrote. That block sets the token's counter back to
@@ -136,7 +143,7 @@ __global__ void __launch_bounds__(kRouteThreads)
         for (int c = 0; c < 4; ++c) a[u][c] = j < hidden / 4 ? load_elem(x, xe, xrow + size_t(4 * j + c)) : 0.f;
       }
 #pragma unroll
-      for (int u = 0; u < kIn; ++u) acc += a[u][0] * b[u].x + a[u][1] * b[u].y + a[u][2] * b[u].z + a[u][3] * b[u].w;
+      for (int u = 0; u < kIn; ++u) acc += dot4(a[u], b[u]);
     }
   } else {
     for (int k = threadIdx.x; k < hidden; k += kRouteThreads) acc += load_elem(x, xe, xrow + k) * wr[k];
@@ -157,6 +164,69 @@ __global__ void __launch_bounds__(kRouteThreads)
   for (int i = threadIdx.x; i < p.E; i += blockDim.x) l[i] = src[i];
   __syncthreads();
   route_token(p, t, l, sm);
+}
+
+// The router's logits for larger batches (vec layouts only), each logit with moe_router_k's bits.
+// Block (token tile, expert tile) of kRouteThreads threads: thread v sums, for each of the tile's
+// kLogitTokens × kLogitExperts logits, what moe_router_k's thread v sums for that logit (its chunks
+// v, v + kRouteThreads, … in order; the zero chunks past the row change nothing, a thread's sum never
+// being −0), then block_sum's two stages per logit (the warp butterfly, then the 8 warp sums in its
+// second-stage tree). A thread's x and weight chunks serve the whole tile, so a weight row streams
+// once per token tile, an x row once per expert tile.
+constexpr int kLogitTokens = 8, kLogitExperts = 8, kLogitTile = kLogitTokens * kLogitExperts;
+static_assert(kRouteThreads == 256 && kLogitTile <= kRouteThreads, "block_sum's second stage over 8 warps");
+template <bool kBf16>
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_logits_k(const void* x, const float* w, int hidden, int T, int E, float* logits) {
+  using XChunk = std::conditional_t<kBf16, uint2, float4>;  // 4 values of x
+  __shared__ float part[kLogitTile][kRouteThreads / 32];
+  const int v = threadIdx.x, lane = v & 31;
+  const int t0 = blockIdx.x * kLogitTokens, nt = min(kLogitTokens, T - t0);
+  const int e0 = blockIdx.y * kLogitExperts, ne = min(kLogitExperts, E - e0);
+  const int chunks = hidden / 4;
+  const XChunk* x4 = static_cast<const XChunk*>(x) + size_t(t0) * size_t(chunks);
+  const float4* w4 = reinterpret_cast<const float4*>(w) + size_t(e0) * size_t(chunks);
+  float acc[kLogitTokens][kLogitExperts];
+#pragma unroll
+  for (int t = 0; t < kLogitTokens; ++t)
+#pragma unroll
+    for (int e = 0; e < kLogitExperts; ++e) acc[t][e] = 0.f;
+  for (int j = v; j < chunks; j += kRouteThreads) {
+    float4 b[kLogitExperts];
+    XChunk xv[kLogitTokens];
+#pragma unroll
+    for (int e = 0; e < kLogitExperts; ++e)
+      b[e] = e < ne ? w4[size_t(e) * chunks + j] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int t = 0; t < kLogitTokens; ++t) xv[t] = t < nt ? x4[size_t(t) * chunks + j] : XChunk{};
+#pragma unroll
+    for (int t = 0; t < kLogitTokens; ++t) {
+      float a[4];
+      if constexpr (kBf16) {
+        a[0] = __uint_as_float(xv[t].x << 16), a[1] = __uint_as_float(xv[t].x & 0xffff0000u);
+        a[2] = __uint_as_float(xv[t].y << 16), a[3] = __uint_as_float(xv[t].y & 0xffff0000u);
+      } else {
+        a[0] = xv[t].x, a[1] = xv[t].y, a[2] = xv[t].z, a[3] = xv[t].w;
+      }
+#pragma unroll
+      for (int e = 0; e < kLogitExperts; ++e) acc[t][e] += dot4(a, b[e]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kLogitTokens; ++t)
+#pragma unroll
+    for (int e = 0; e < kLogitExperts; ++e) {
+      float s = acc[t][e];
+      for (int o = 16; o > 0; o >>= 1) s += shfl_xor(s, o);
+      if (lane == 0) part[t * kLogitExperts + e][v >> 5] = s;
+    }
+  __syncthreads();
+  if (v < kLogitTile) {
+    const int t = v / kLogitExperts, e = v % kLogitExperts;
+    const float* G = part[v];
+    if (t < nt && e < ne)
+      logits[size_t(t0 + t) * size_t(E) + e0 + e] = ((G[0] + G[4]) + (G[2] + G[6])) + ((G[1] + G[5]) + (G[3] + G[7]));
+  }
 }
 
 constexpr int kAlignThreads = 1024;
@@ -314,6 +384,20 @@ void moe_router(const void* x, Elem xe, const float* w, int64_t hidden, const Mo
   const size_t smem = route_smem_bytes(p) + sizeof(float) * size_t(p.E);
   const dim3 grid(unsigned(p.T), unsigned(p.E));
   moe_router_k<<<grid, kRouteThreads, smem, s>>>(x, xe, w, int(hidden), vec, p, done);
+  MLA_GPU_LAUNCH_CHECK();
+}
+
+bool moe_logits_fits(const void* x, Elem xe, const float* w, int64_t hidden) {
+  return hidden % 4 == 0 && (xe == Elem::BF16 || xe == Elem::F32) && (reinterpret_cast<uintptr_t>(w) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(x) & (xe == Elem::BF16 ? 7 : 15)) == 0;
+}
+
+void moe_logits(const void* x, Elem xe, const float* w, int64_t hidden, int64_t T, int64_t E, float* logits,
+                cudaStream_t s) {
+  if (T == 0) return;
+  const dim3 grid(unsigned((T + kLogitTokens - 1) / kLogitTokens), unsigned((E + kLogitExperts - 1) / kLogitExperts));
+  if (xe == Elem::BF16) moe_logits_k<true><<<grid, kRouteThreads, 0, s>>>(x, w, int(hidden), int(T), int(E), logits);
+  else moe_logits_k<false><<<grid, kRouteThreads, 0, s>>>(x, w, int(hidden), int(T), int(E), logits);
   MLA_GPU_LAUNCH_CHECK();
 }
 

@@ -30,6 +30,14 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s);
 constexpr int64_t kMoeRouterTokens = 64;
 void moe_router(const void* x, Elem xe, const float* w, int64_t hidden, const MoeRouteParams& p, unsigned* done,
                 cudaStream_t s);
+// The router's logits alone ([T, E] = x · wᵀ), each with moe_router's bits, for batches past
+// kMoeRouterTokens: x bf16 or f32 rows of hidden % 4 == 0 values, 16-byte aligned w (moe_logits_fits).
+// GpuOps uses it up to kMoeLogitsTokens (decode batches); past that the weights, streamed once per 8
+// tokens, cost more than the GEMM, and the GEMM makes the logits.
+constexpr int64_t kMoeLogitsTokens = 256;
+bool moe_logits_fits(const void* x, Elem xe, const float* w, int64_t hidden);
+void moe_logits(const void* x, Elem xe, const float* w, int64_t hidden, int64_t T, int64_t E, float* logits,
+                cudaStream_t s);
 
 // The slots (t·K + k) grouped by expert: rows[offsets[e] .. offsets[e+1]) are expert e's slots
 // (their order within an expert is unspecified: no result depends on it), pos[slot] is the slot's
