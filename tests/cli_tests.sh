@@ -93,6 +93,10 @@ grep -c '"kind": "decode"' "$tmp/out" | grep -q '^2$' && grep -q '"kind": "prefi
 expect bench_model_sampled 0 '"kind": "sample_rows"' -- bench-model --model "$M" --batch 1,3 --context 8 --steps 2 --prefill 0 --reps 1 --temperature 0.8
 grep -q '"sampling": "platform"' "$tmp/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL bench_model_sampled_rows"; }
 expect bench_model_host_sampling_alone 2 'need --temperature' -- bench-model --model "$M" --host-sampling
+# --overlap: decode a step ahead (the tokens stay on the platform between steps), greedy and sampled.
+expect bench_model_overlap 0 '"overlap": true' -- bench-model --model "$M" --batch 1,3 --context 8 --steps 3 --prefill 0 --reps 1 --overlap
+expect bench_model_overlap_sampled 0 '"sampling": "platform"' -- bench-model --model "$M" --batch 3 --context 8 --steps 3 --prefill 0 --reps 1 --overlap --temperature 0.8
+expect bench_model_overlap_host 2 'no --host-sampling' -- bench-model --model "$M" --overlap --temperature 0.8 --host-sampling
 # --activity needs the device's own record of its work (CUPTI on CUDA): refused on the CPU.
 expect bench_model_activity_cpu 1 'keeps no record of device activity' -- bench-model --model "$M" --batch 1 --context 8 --steps 2 --prefill 0 --reps 1 --activity
 printf '313 482 298\n474,414 405\n94 97 305\n' >"$tmp/prompt.txt"

@@ -1,5 +1,6 @@
 // The sampler on a small model's logits: greedy limits, seeds, sampled frequencies against the
 // softmax, OpenAI's penalties exactly, the top-k / top-p / min-p masks, and logprobs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -377,6 +378,66 @@ TEST(SampleRows, DrawsTheHostSamplersTokenOnEveryPlatform) {
       std::printf("  %-4s R %3ld V %6ld: %ld sampled rows, %ld near a boundary, %ld differ\n",
                   std::string(platform_name(pl)).c_str(), long(sh.R), long(sh.V), long(sampled), long(near),
                   long(differ));
+    }
+  }
+}
+
+// Decoding a step ahead (Engine::decode_launch: each step's input tokens read where the last step
+// left them, on the platform) gives the tokens of step-by-step decoding, greedy and sampled, on
+// every platform; a launch that does not follow its step is refused and changes nothing.
+TEST(InFlightDecode, GivesTheTokensOfStepByStepDecoding) {
+  const std::vector<std::vector<int32_t>> prompts{{121, 3, 1, 230}, {62, 8}, {145, 59, 214, 7, 9}};
+  constexpr int kSteps = 6;
+  for (Platform pl : {Platform::CPU, Platform::CUDA, Platform::ROCM}) {
+    if (!platform_available(pl)) continue;
+    auto ops = make_ops(pl, DType::F32);
+    LoadedModel lm = load_model(std::string(MLA_TEST_DATA) + "/v3_tiny", *ops);
+    for (const bool sampled : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} {}", platform_name(pl), sampled ? "sampled" : "greedy"));
+      auto rows_of = [&](int step) {
+        std::vector<SampleRow> rows;
+        for (size_t r = 0; r < prompts.size(); ++r)
+          rows.push_back(SampleRow{0.8, 0.9, 0.0, stream_uniform(7, r, uint64_t(step)), 0});
+        return rows;
+      };
+      std::vector<std::vector<int32_t>> got[2];
+      for (int ahead = 0; ahead < 2; ++ahead) {
+        Engine e(*lm.model, EngineOptions{});
+        std::vector<StepRequest> fill;
+        for (size_t r = 0; r < prompts.size(); ++r) fill.push_back({RequestId(r + 1), prompts[r]});
+        std::vector<int32_t> last = e.step(ForwardMode::EXTEND, fill, true, true).greedy;
+        std::vector<StepRequest> first, after;
+        for (size_t r = 0; r < prompts.size(); ++r)
+          first.push_back({RequestId(r + 1), {last[r]}}), after.push_back({RequestId(r + 1), {}});
+        if (!ahead) {
+          for (int step = 0; step < kSteps; ++step) {
+            const std::vector<SampleRow> rows = rows_of(step);
+            const StepResult res = sampled ? e.step(ForwardMode::DECODE, first, true, false, &rows)
+                                           : e.step(ForwardMode::DECODE, first, true, true);
+            got[0].push_back(sampled ? res.sampled : res.greedy);
+            for (size_t r = 0; r < prompts.size(); ++r) first[r].ids = {got[0].back()[r]};
+          }
+        } else {
+          std::vector<SampleRow> rows = rows_of(0);
+          Engine::InFlight cur = e.decode_launch(first, nullptr, sampled ? &rows : nullptr);
+          for (int step = 1; step < kSteps; ++step) {
+            rows = rows_of(step);
+            Engine::InFlight next = e.decode_launch(after, &cur, sampled ? &rows : nullptr);
+            got[1].push_back(e.finish(cur));
+            cur = std::move(next);
+          }
+          // Refused, nothing changed: requests out of order, ids given; then a step finished twice.
+          std::vector<StepRequest> swapped{after[1], after[0], after[2]};
+          EXPECT_THROW(e.decode_launch(swapped, &cur), Error);
+          EXPECT_THROW(e.decode_launch(first, &cur), Error);
+          EXPECT_EQ(e.length(1), int64_t(prompts[0].size()) + kSteps);
+          got[1].push_back(e.finish(cur));
+          EXPECT_THROW(e.finish(cur), Error);
+        }
+        for (size_t r = 0; r < prompts.size(); ++r)
+          EXPECT_EQ(e.length(RequestId(r + 1)), int64_t(prompts[r].size()) + kSteps);
+      }
+      EXPECT_EQ(got[0], got[1]);
     }
   }
 }

@@ -209,6 +209,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     bool host_sampling = false;
     std::string sample_vocab;
     bool activity = false;
+    bool overlap = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("bench-model", "Whole-model decode and prefill speed against the in-run rooflines (JSON)");
@@ -230,8 +231,13 @@ void add_bench_model_command(CLI::App& app, int& rc) {
   sub->add_flag("--activity", o->activity,
                 "record one more decode step of each batch with the device's own activity record (CUPTI on "
                 "CUDA): kernels, their busy time and the idle gaps between them");
+  sub->add_flag("--overlap", o->overlap,
+                "decode a step ahead (Engine::decode_launch): step N + 1 is planned and issued before step N's "
+                "tokens reach the host, which read it from the device; the step time is then the time between "
+                "two steps' tokens (tp 1; greedy or platform sampling)");
   sub->callback([o, &rc] {
     o->parse();
+    if (o->overlap && o->host_sampling) throw UsageError("--overlap keeps the tokens on the device: no --host-sampling");
     std::vector<int64_t> batches;
     for (int64_t b : parse_int_list(o->batches, "--batch")) {
       if (b <= 0) throw UsageError("--batch sizes must be positive");
@@ -285,6 +291,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                  o->model_name().c_str(), ops.name().c_str(), ceil.copy_bytes_s / 1e9, ceil.gemm_flop_s / 1e12);
     out["temperature"] = o->temperature;
     out["sampling"] = o->temperature == 0 ? "greedy" : o->host_sampling ? "host" : "platform";
+    out["overlap"] = o->overlap;
     if (o->temperature > 0) {
       if (sample_vocab.empty()) sample_vocab.push_back(c.vocab_size);
       for (int64_t V : sample_vocab)
@@ -330,12 +337,16 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       flush();
       std::vector<double> times;
       StepCounters counted;  // over the timed steps
-      auto decode_step = [&](int64_t step) {
-        std::vector<StepRequest> d;
-        for (int64_t r = 0; r < B; ++r) d.push_back({RequestId(r + 1), {last[size_t(r)]}});
+      auto sample_rows_of = [&](int64_t step) {
         std::vector<SampleRow> rows;
         for (int64_t r = 0; r < B; ++r)
           rows.push_back(SampleRow{o->temperature, 1.0, 0.0, engine::stream_uniform(1, uint64_t(r), uint64_t(step)), 0});
+        return rows;
+      };
+      auto decode_step = [&](int64_t step) {
+        std::vector<StepRequest> d;
+        for (int64_t r = 0; r < B; ++r) d.push_back({RequestId(r + 1), {last[size_t(r)]}});
+        const std::vector<SampleRow> rows = sample_rows_of(step);
         StepResult res;  // the ids (or logits) come back: the step is done
         if (o->temperature == 0) {
           res = e.step(ForwardMode::DECODE, d, true, true);
@@ -349,18 +360,40 @@ void add_bench_model_command(CLI::App& app, int& rc) {
         }
         for (int64_t r = 0; r < B; ++r) last[size_t(r)] = res.greedy[size_t(r)];
       };
-      for (int64_t step = 0; step < o->steps + 2; ++step) {  // two untimed warm-up steps
-        const StepCounters c0 = ops.counters();
-        const auto t0 = Clock::now();
-        decode_step(step);
-        const double t = seconds_since(t0);
-        if (step >= 2) {
-          times.push_back(t);
-          const StepCounters dc = ops.counters() - c0;
-          counted.h2d_copies += dc.h2d_copies, counted.d2h_copies += dc.d2h_copies;
-          counted.host_syncs += dc.host_syncs;
-          counted.graph_replays += dc.graph_replays, counted.graph_captures += dc.graph_captures;
+      auto count = [&](const StepCounters& c0) {
+        const StepCounters dc = ops.counters() - c0;
+        counted.h2d_copies += dc.h2d_copies, counted.d2h_copies += dc.d2h_copies;
+        counted.host_syncs += dc.host_syncs;
+        counted.graph_replays += dc.graph_replays, counted.graph_captures += dc.graph_captures;
+      };
+      if (!o->overlap) {
+        for (int64_t step = 0; step < o->steps + 2; ++step) {  // two untimed warm-up steps
+          const StepCounters c0 = ops.counters();
+          const auto t0 = Clock::now();
+          decode_step(step);
+          const double t = seconds_since(t0);
+          if (step >= 2) times.push_back(t), count(c0);
         }
+      } else {  // a step ahead: a step's time runs from one step's tokens on the host to the next's
+        const bool sampled = o->temperature > 0;
+        std::vector<StepRequest> first, after;
+        for (int64_t r = 0; r < B; ++r)
+          first.push_back({RequestId(r + 1), {last[size_t(r)]}}), after.push_back({RequestId(r + 1), {}});
+        std::vector<SampleRow> rows = sample_rows_of(0);
+        Engine::InFlight cur = e.decode_launch(first, nullptr, sampled ? &rows : nullptr);
+        auto t0 = Clock::now();
+        for (int64_t step = 1; step <= o->steps + 2; ++step) {  // two untimed warm-up steps
+          const StepCounters c0 = ops.counters();
+          rows = sample_rows_of(step);
+          Engine::InFlight next = e.decode_launch(after, &cur, sampled ? &rows : nullptr);
+          e.finish(cur);
+          const double t = seconds_since(t0);
+          t0 = Clock::now();
+          if (step > 2) times.push_back(t), count(c0);
+          cur = std::move(next);
+        }
+        const std::vector<int32_t> ids = e.finish(cur);
+        last.assign(ids.begin(), ids.end());
       }
       // Where the step's device time goes: the model's timeline sections (Ops::mark) of one more
       // step (after one that records its graph with the marks), summed over the layers.

@@ -91,8 +91,12 @@ class Model {
   // (tokens, requests, logit rows, the plan's kv_bucket) come on this pool, and replayed from then
   // on; the first time runs op by op. At most kMaxGraphs are kept (the least recently used go);
   // another pool, or other KV scales, drops them all.
+  //
+  // device_ids: the tokens are that I32 tensor [T] on this platform (e.g. the last step's sampled
+  // ids, not yet on the host), and `ids` only holds T placeholders in the vocabulary. tp 1 only.
   ModelOutput forward(const std::vector<int32_t>& ids, const BatchPlan& plan, KVPool& pool,
-                      const ForwardOptions& opt, const std::vector<int32_t>* logit_rows = nullptr);
+                      const ForwardOptions& opt, const std::vector<int32_t>* logit_rows = nullptr,
+                      const Tensor* device_ids = nullptr);
   static constexpr size_t kMaxGraphs = 64;
   size_t graphs_kept() const { return graphs_.size(); }  // recorded graphs (and shapes seen once)
 

@@ -64,6 +64,16 @@ class Ops {
   // Element i = hash_normalish(seed, i, std) (mla/random.h): the same values on every platform.
   virtual void fill_random(Tensor& t, uint64_t seed, double std) = 0;
   virtual void synchronize() {}
+  // A host copy of `t` behind the work issued so far, collected later: wait() returns it once that
+  // work is done, not waiting for work issued after this call. GPUs copy into page-locked memory on
+  // the stream and record an event, so the host can plan and issue the next step while this one
+  // runs; the default copies at once. A HostCopy must not outlive its Ops.
+  class HostCopy {
+   public:
+    virtual ~HostCopy() = default;
+    virtual Tensor wait() = 0;
+  };
+  virtual std::unique_ptr<HostCopy> download_later(const Tensor& t);
 
   // ---- loading --------------------------------------------------------------------------------
   // Host memory upload_async copies from at full speed (page-locked on GPUs; plain on the CPU).
@@ -85,6 +95,13 @@ class Ops {
   virtual void begin_step(const BatchPlan& plan, const KVPool& pool,
                           std::initializer_list<const std::vector<int32_t>*> extra = {}) {}
   virtual void end_step() noexcept {}  // closes the open step, if any
+  // True where begin_step copies the plan and its extra vectors to the device, so step_rows_from
+  // works; false on the CPU, whose ops read the host vectors themselves.
+  virtual bool step_plan_on_device() const { return false; }
+  // Inside an open step: the device copy of extra vector `v` ← the I32 tensor `src` (as many
+  // values), in stream order: values the host does not have yet, e.g. the last step's sampled ids.
+  // Error where step_plan_on_device() is false or `v` is not an extra vector of the open step.
+  virtual void step_rows_from(const std::vector<int32_t>& v, const Tensor& src);
   // True inside a step over this plan and pool: its slots were checked against the pool.
   virtual bool step_checked(const BatchPlan& plan, const KVPool& pool) const { return false; }
   // The open step's counts so far, or the last closed step's; zeros on the CPU.

@@ -163,17 +163,22 @@ void Engine::adopt(RequestId id, const std::vector<int32_t>& shared) {
   }
 }
 
-StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only, bool greedy,
-                        const std::vector<SampleRow>* sample) {
-  const ModelConfig& c = model_.config();
-  if (reqs.empty()) fail("engine: empty batch (no requests)");
+namespace {
+void check_picks(size_t requests, bool last_only, bool greedy, const std::vector<SampleRow>* sample) {
   if (greedy && !last_only) fail("engine: greedy tokens come from the last rows (last_only)");
   if (sample) {
     if (greedy || !last_only) fail("engine: sampled tokens come from the last rows (last_only, not greedy)");
-    if (sample->size() != reqs.size())
-      fail("engine: {} sampling rows for {} requests", sample->size(), reqs.size());
+    if (sample->size() != requests) fail("engine: {} sampling rows for {} requests", sample->size(), requests);
     for (const SampleRow& p : *sample) check_sample_row(p);
   }
+}
+}  // namespace
+
+ModelOutput Engine::forward(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only,
+                            const Tensor* device_ids) {
+  const ModelConfig& c = model_.config();
+  if (reqs.empty()) fail("engine: empty batch (no requests)");
+  if (device_ids && send_) fail("engine: token ids on the device cannot be sent to the other ranks");
   Batch b{mode, {}};
   std::vector<int32_t> ids;
   int64_t pages_needed = 0;
@@ -202,8 +207,15 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, 
   BatchPlan plan = plan_batch(b, *pool_);
   ForwardOptions fo = opt_.forward;
   fo.method = method;
-  ModelOutput out = model_.forward(ids, plan, *pool_, fo, last_only ? &rows : nullptr);
+  ModelOutput out = model_.forward(ids, plan, *pool_, fo, last_only ? &rows : nullptr, device_ids);
   for (const BatchRequest& r : b.requests) lengths_[r.id] = r.prefix_len + r.new_len;
+  return out;
+}
+
+StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only, bool greedy,
+                        const std::vector<SampleRow>* sample) {
+  check_picks(reqs.size(), last_only, greedy, sample);
+  ModelOutput out = forward(mode, reqs, last_only, nullptr);
   StepResult res;
   res.method = out.method;
   if (greedy) {
@@ -223,6 +235,40 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, 
   Tensor host = model_.ops().download(out.logits);
   res.logits.assign(host.ptr<float>(), host.ptr<float>() + host.numel());
   return res;
+}
+
+Engine::InFlight Engine::decode_launch(const std::vector<StepRequest>& reqs, const InFlight* after,
+                                      const std::vector<SampleRow>* sample) {
+  check_picks(reqs.size(), true, sample == nullptr, sample);
+  std::vector<StepRequest> placeholders;  // with `after`: the ids are its tokens, still on the device
+  if (after) {
+    if (!after->ids.defined()) fail("engine: the step to decode after holds no tokens (moved from?)");
+    if (after->requests.size() != reqs.size())
+      fail("engine: {} requests after a step of {}: the same requests in the same order", reqs.size(),
+           after->requests.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i].id != after->requests[i])
+        fail("engine: request {} in place {} after a step that had request {} there", reqs[i].id, i, after->requests[i]);
+      if (!reqs[i].ids.empty()) fail("engine: request {}: its token comes from the step before (give no ids)", reqs[i].id);
+      placeholders.push_back({reqs[i].id, {0}});
+    }
+  }
+  ModelOutput out = forward(ForwardMode::DECODE, after ? placeholders : reqs, true, after ? &after->ids : nullptr);
+  InFlight f;
+  for (const StepRequest& r : reqs) f.requests.push_back(r.id);
+  f.method = out.method;
+  f.ids = model_.ops().empty(DType::I32, {out.logits.dim(0)});  // [requests]
+  if (sample) model_.ops().sample_rows(out.logits, *sample, f.ids);
+  else model_.ops().argmax_rows(out.logits, f.ids);
+  f.copy = model_.ops().download_later(f.ids);
+  return f;
+}
+
+std::vector<int32_t> Engine::finish(InFlight& f) {
+  if (!f.copy) fail("engine: this step was finished already");
+  const Tensor h = f.copy->wait();
+  f.copy.reset();
+  return std::vector<int32_t>(h.ptr<int32_t>(), h.ptr<int32_t>() + h.numel());
 }
 
 Engine::Run Engine::run_sequence(const std::vector<int32_t>& ids, int64_t prefill_chunk,

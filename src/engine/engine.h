@@ -57,6 +57,21 @@ class Engine {
   // request's token from its last row (StepResult::sampled) and no logits come back.
   StepResult step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only = false,
                   bool greedy = false, const std::vector<SampleRow>* sample = nullptr);
+  // Decode with the host a step ahead of the device (tp 1). decode_launch checks, plans and issues
+  // a DECODE step of one token per request, greedy or drawn with `sample`, and returns while the
+  // platform runs it; finish() waits for its tokens. `after`: a launched step of the same requests
+  // in the same order whose tokens, still on the device, are this step's input (give no ids), so
+  // step N + 1 is planned and issued before step N's tokens reach the host. The requests' lengths
+  // count a step from its launch. An InFlight must not outlive the engine.
+  struct InFlight {
+    std::vector<RequestId> requests;
+    Tensor ids;                            // [requests] I32 on the platform: the step's tokens
+    std::unique_ptr<Ops::HostCopy> copy;  // their way to the host (null once finished)
+    ForwardMethod method = ForwardMethod::MLA;
+  };
+  InFlight decode_launch(const std::vector<StepRequest>& reqs, const InFlight* after = nullptr,
+                         const std::vector<SampleRow>* sample = nullptr);
+  std::vector<int32_t> finish(InFlight& f);
   // Tokens request `id` holds (0 if unknown).
   int64_t length(RequestId id) const;
   void release(RequestId id);  // frees every slot of the request
@@ -89,6 +104,9 @@ class Engine {
   Model& model_;
   EngineOptions opt_;
   std::unique_ptr<KVPool> pool_;
+  // Checks and plans a batch, runs the model on it, counts its tokens (step and decode_launch).
+  ModelOutput forward(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only,
+                      const Tensor* device_ids);
   std::map<RequestId, int64_t> lengths_;
   std::function<void(const std::string&)> send_;  // lead(): to the other ranks
 };

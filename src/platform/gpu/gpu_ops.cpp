@@ -58,6 +58,10 @@ GpuOps::~GpuOps() {
     if (pinned_[i]) (void)cudaFreeHost(pinned_[i]);
     if (pinned_copied_[i]) (void)cudaEventDestroy(pinned_copied_[i]);
   }
+  for (const PinnedCopy& c : copies_free_) {
+    (void)cudaFreeHost(c.ptr);
+    (void)cudaEventDestroy(c.done);
+  }
   for (cudaEvent_t e : upload_events_)
     if (e) (void)cudaEventDestroy(e);
   for (cudaEvent_t e : mark_events_) (void)cudaEventDestroy(e);
@@ -232,6 +236,63 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
   step_start_ = start;  // the plan's copy (and any wait for a pinned buffer) belongs to the step
   ++step_id_;
   step_open_ = true;
+}
+
+// A download in flight: its page-locked buffer goes back to the free list when it is dropped (a
+// later copy into it is queued behind this one on the stream).
+class GpuOps::PendingCopy final : public Ops::HostCopy {
+ public:
+  PendingCopy(GpuOps& ops, PinnedCopy c, DType dtype, Shape shape)
+      : ops_(ops), c_(c), dtype_(dtype), shape_(std::move(shape)) {}
+  ~PendingCopy() override { ops_.copies_free_.push_back(c_); }
+  Tensor wait() override {
+    if (!waited_) {
+      ++ops_.total_.host_syncs;
+      MLA_GPU_CHECK(cudaEventSynchronize(c_.done));
+      waited_ = true;
+    }
+    Tensor h = Tensor::host(dtype_, shape_);
+    std::memcpy(h.data(), c_.ptr, h.nbytes());
+    return h;
+  }
+
+ private:
+  GpuOps& ops_;
+  PinnedCopy c_;
+  DType dtype_;
+  Shape shape_;
+  bool waited_ = false;
+};
+
+std::unique_ptr<Ops::HostCopy> GpuOps::download_later(const Tensor& t) {
+  refuse_in_capture("download");
+  const size_t bytes = t.nbytes();
+  PinnedCopy c;
+  for (size_t i = 0; i < copies_free_.size(); ++i)
+    if (copies_free_[i].bytes >= bytes) {
+      c = copies_free_[i];
+      copies_free_.erase(copies_free_.begin() + ptrdiff_t(i));
+      break;
+    }
+  if (!c.ptr) {
+    c.bytes = std::max<size_t>(bytes, 4096);
+    MLA_GPU_CHECK(cudaMallocHost(&c.ptr, c.bytes));
+    MLA_GPU_CHECK(cudaEventCreateWithFlags(&c.done, cudaEventDisableTiming));
+  }
+  if (bytes) MLA_GPU_CHECK(cudaMemcpyAsync(c.ptr, t.data(), bytes, cudaMemcpyDeviceToHost, stream_));
+  MLA_GPU_CHECK(cudaEventRecord(c.done, stream_));
+  ++total_.d2h_copies;
+  return std::make_unique<PendingCopy>(*this, c, t.dtype(), t.shape());
+}
+
+void GpuOps::step_rows_from(const std::vector<int32_t>& v, const Tensor& src) {
+  refuse_in_capture("step_rows_from");
+  const int32_t* d = step_ints(v);
+  expect(d != nullptr, "step_rows_from", "the vector is not an extra vector of the open step");
+  expect(src.platform() == platform_ && src.dtype() == DType::I32 && size_t(src.numel()) == v.size(), "step_rows_from",
+         fmt::format("{} I32 values on this platform wanted, got {} {}", v.size(), src.numel(), dtype_name(src.dtype())));
+  if (!v.empty())
+    MLA_GPU_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(d), src.data(), v.size() * 4, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void GpuOps::mark(const char* label) {

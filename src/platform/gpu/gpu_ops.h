@@ -95,6 +95,9 @@ class GpuOps : public Ops {
   void fill_random(Tensor& t, uint64_t seed, double std) override {
     gpu::fill_random(t.data(), elem_of(t.dtype()), size_t(t.numel()), seed, float(std), stream_);
   }
+  std::unique_ptr<HostCopy> download_later(const Tensor& t) override;  // page-locked, an event
+  bool step_plan_on_device() const override { return true; }
+  void step_rows_from(const std::vector<int32_t>& v, const Tensor& src) override;
   std::shared_ptr<void> alloc_staging(size_t bytes) override;                                  // pinned
   void upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot) override;  // + event
   void wait_upload(int slot) override;
@@ -449,6 +452,14 @@ class GpuOps : public Ops {
   const KVPool* step_pool_ = nullptr;
   int64_t step_pool_slots_ = 0;
   std::vector<StepArray> step_arrays_;
+  // download_later's page-locked buffers not in use, each with the event after its last copy.
+  struct PinnedCopy {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  class PendingCopy;
+  std::vector<PinnedCopy> copies_free_;
   StepSegments step_segs_[2];
   int32_t* pinned_[2] = {nullptr, nullptr};  // cudaMallocHost, alternating between steps
   size_t pinned_ints_[2] = {0, 0};
