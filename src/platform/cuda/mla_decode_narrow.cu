@@ -14,9 +14,10 @@
 //
 // Those fp8 kernels multiply in f16, not bf16: e4m3 → f16 is one cvt per pair, against four for
 // bf16 (through f16 and f32), and the widening was a third of the kernel's instructions. Each Q row
-// is scaled by a power of two 2^k (exact) so that its largest |q| lies in [2^14, 2^15) and every
-// bf16 value of the row is an f16 value; S's row is scaled back by 2^-k with the softmax scale. Pᵀ
-// goes in as P·2^15 in f16 (P ≤ 1; 11 significant bits against bf16's 8), and the output by 2^-15.
+// is scaled by a power of two 2^k (exact) so that its largest |q| lies in [2^14, 2^15): every bf16
+// value of the row down to 2^-28 of that largest is then exactly an f16 value (smaller ones keep
+// fewer bits); S's row is scaled back by 2^-k with the softmax scale. Pᵀ goes in as P·2^15 in f16
+// (P ≤ 1; 11 significant bits against bf16's 8), and the output comes back by 2^-15.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -80,7 +81,7 @@ template <int N, bool kFp8>
 struct NarrowSmem {
   static constexpr int kQ = 0;                       // Q [9][N rows][64] bf16, swizzled
   static constexpr int kKV = 9 * N * 128;            // the KV area: 2 stages, or 1 bf16 tile
-  static constexpr int kP = kKV + (kRegStage<N, kFp8> ? 1 : 2) * kTileBytes;  // Pᵀ [N][64] bf16
+  static constexpr int kP = kKV + (kRegStage<N, kFp8> ? 1 : 2) * kTileBytes;  // Pᵀ [N][64] bf16 or f16
   static constexpr int kRed = kP + N * 128;          // f32 [4 warps][N] max, [4][N] sum
   static constexpr int kQScale = kRed + 2 * 4 * N * 4;  // f32 [N]: 2^-k of each Q row (f16 kernels)
   static constexpr int kBytes = kQScale + N * 4 + 1024;
@@ -157,7 +158,7 @@ struct RegTile {
     }
   }
   // Widens the share into the f16 tile at sKV (piece tid mod 4 + 4i is columns 16·(tid mod 4) + …
-  // of chunk i: two 16-byte bf16 pieces of the swizzled row).
+  // of chunk i: two 16-byte pieces of the swizzled row).
   __device__ __forceinline__ void widen(const uint4 (&raw)[kPieces], uint32_t sKV) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h)

@@ -1,8 +1,9 @@
-// moe.cu — the shared MoE kernels (CUDA and HIP from this one source): the router (one block per
-// token, in double like route_tokens so the choice is the same), the plan grouping slots by expert
-// into row tiles, the portable grouped GEMMs (plain CUDA, no tensor cores: the ROCm platform's
-// path and every dtype's fallback) and the combine. No host round trip: grids come from host-known
-// bounds, the routing-dependent counts stay on the device.
+// moe.cu — the shared MoE kernels (CUDA and HIP from this one source): the router's logits (fused
+// with the routing up to 64 tokens, a tiled kernel with the same bits per row up to 256), the
+// routing (one block per token, in double like route_tokens so the choice is the same), the plan
+// grouping slots by expert into row tiles, the portable grouped GEMMs (plain CUDA, no tensor
+// cores: the ROCm platform's path and every dtype's fallback) and the combine. No host round trip:
+// grids come from host-known bounds, the routing-dependent counts stay on the device.
 #include <cmath>
 #include <type_traits>
 
