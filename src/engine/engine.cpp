@@ -212,24 +212,22 @@ ModelOutput Engine::forward(ForwardMode mode, const std::vector<StepRequest>& re
   return out;
 }
 
+Tensor Engine::pick(const Tensor& logits, const std::vector<SampleRow>* sample) {
+  Tensor ids = model_.ops().empty(DType::I32, {logits.dim(0)});  // [requests]
+  if (sample) model_.ops().sample_rows(logits, *sample, ids);
+  else model_.ops().argmax_rows(logits, ids);
+  return ids;
+}
+
 StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only, bool greedy,
                         const std::vector<SampleRow>* sample) {
   check_picks(reqs.size(), last_only, greedy, sample);
   ModelOutput out = forward(mode, reqs, last_only, nullptr);
   StepResult res;
   res.method = out.method;
-  if (greedy) {
-    Tensor ids_out = model_.ops().empty(DType::I32, {out.logits.dim(0)});  // [requests]
-    model_.ops().argmax_rows(out.logits, ids_out);
-    Tensor host = model_.ops().download(ids_out);
-    res.greedy.assign(host.ptr<int32_t>(), host.ptr<int32_t>() + host.numel());
-    return res;
-  }
-  if (sample) {
-    Tensor ids_out = model_.ops().empty(DType::I32, {out.logits.dim(0)});  // [requests]
-    model_.ops().sample_rows(out.logits, *sample, ids_out);
-    Tensor host = model_.ops().download(ids_out);
-    res.sampled.assign(host.ptr<int32_t>(), host.ptr<int32_t>() + host.numel());
+  if (greedy || sample) {
+    const Tensor host = model_.ops().download(pick(out.logits, sample));
+    (greedy ? res.greedy : res.sampled).assign(host.ptr<int32_t>(), host.ptr<int32_t>() + host.numel());
     return res;
   }
   Tensor host = model_.ops().download(out.logits);
@@ -257,9 +255,7 @@ Engine::InFlight Engine::decode_launch(const std::vector<StepRequest>& reqs, con
   InFlight f;
   for (const StepRequest& r : reqs) f.requests.push_back(r.id);
   f.method = out.method;
-  f.ids = model_.ops().empty(DType::I32, {out.logits.dim(0)});  // [requests]
-  if (sample) model_.ops().sample_rows(out.logits, *sample, f.ids);
-  else model_.ops().argmax_rows(out.logits, f.ids);
+  f.ids = pick(out.logits, sample);
   f.copy = model_.ops().download_later(f.ids);
   return f;
 }

@@ -107,6 +107,8 @@ class Engine {
   // Checks and plans a batch, runs the model on it, counts its tokens (step and decode_launch).
   ModelOutput forward(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only,
                       const Tensor* device_ids);
+  // Each row's token on the platform: drawn with `sample`, or the greedy one (null). [rows] I32.
+  Tensor pick(const Tensor& logits, const std::vector<SampleRow>* sample);
   std::map<RequestId, int64_t> lengths_;
   std::function<void(const std::string&)> send_;  // lead(): to the other ranks
 };
