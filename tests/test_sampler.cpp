@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -426,10 +428,11 @@ TEST(InFlightDecode, GivesTheTokensOfStepByStepDecoding) {
             got[1].push_back(e.finish(cur));
             cur = std::move(next);
           }
-          // Refused, nothing changed: requests out of order, ids given; then a step finished twice.
-          std::vector<StepRequest> swapped{after[1], after[0], after[2]};
-          EXPECT_THROW(e.decode_launch(swapped, &cur), Error);
-          EXPECT_THROW(e.decode_launch(first, &cur), Error);
+          // Refused, nothing changed: a request without an id that the step before did not have,
+          // one with no step before; then a step finished twice.
+          std::vector<StepRequest> stranger{after[0], {RequestId(9), {}}};
+          EXPECT_THROW(e.decode_launch(stranger, &cur), Error);
+          EXPECT_THROW(e.decode_launch(after, nullptr), Error);
           EXPECT_EQ(e.length(1), int64_t(prompts[0].size()) + kSteps);
           got[1].push_back(e.finish(cur));
           EXPECT_THROW(e.finish(cur), Error);
@@ -439,6 +442,59 @@ TEST(InFlightDecode, GivesTheTokensOfStepByStepDecoding) {
       }
       EXPECT_EQ(got[0], got[1]);
     }
+  }
+}
+
+// A step ahead takes the rows it needs from the step before, in any order, beside requests that
+// give their id on the host and without the ones that stopped: the tokens of the same batches run
+// step by step.
+TEST(InFlightDecode, TakesAnyRowsOfTheStepBefore) {
+  const std::vector<std::vector<int32_t>> prompts{{121, 3, 1, 230}, {62, 8}, {145, 59, 214, 7, 9}, {17, 200, 4}};
+  // The batches: which requests, and whether each takes its token from the batch before (else the
+  // host gives the token it got last).
+  const std::vector<std::vector<std::pair<RequestId, bool>>> batches{
+      {{1, false}, {2, false}, {3, false}},
+      {{3, true}, {1, true}, {4, false}},
+      {{4, true}, {2, false}, {3, true}},
+      {{2, true}, {4, true}, {3, true}, {1, false}}};
+  for (Platform pl : {Platform::CPU, Platform::CUDA, Platform::ROCM}) {
+    if (!platform_available(pl)) continue;
+    SCOPED_TRACE(platform_name(pl));
+    auto ops = make_ops(pl, DType::F32);
+    LoadedModel lm = load_model(std::string(MLA_TEST_DATA) + "/v3_tiny", *ops);
+    std::vector<std::vector<int32_t>> got[2];
+    for (int ahead = 0; ahead < 2; ++ahead) {
+      Engine e(*lm.model, EngineOptions{});
+      std::vector<StepRequest> fill;
+      for (size_t r = 0; r < prompts.size(); ++r) fill.push_back({RequestId(r + 1), prompts[r]});
+      const std::vector<int32_t> first = e.step(ForwardMode::EXTEND, fill, true, true).greedy;
+      std::map<RequestId, int32_t> last;  // each request's latest token on the host
+      for (size_t r = 0; r < prompts.size(); ++r) last[RequestId(r + 1)] = first[r];
+      std::optional<Engine::InFlight> cur;
+      std::vector<RequestId> cur_ids;
+      for (const auto& b : batches) {
+        std::vector<StepRequest> reqs;
+        for (const auto& [id, from_before] : b)
+          reqs.push_back({id, ahead && from_before ? std::vector<int32_t>{} : std::vector<int32_t>{last[id]}});
+        if (!ahead) {
+          got[0].push_back(e.step(ForwardMode::DECODE, reqs, true, true).greedy);
+          for (size_t i = 0; i < b.size(); ++i) last[b[i].first] = got[0].back()[i];
+          continue;
+        }
+        Engine::InFlight next = e.decode_launch(reqs, cur ? &*cur : nullptr);
+        if (cur) {
+          got[1].push_back(e.finish(*cur));
+          for (size_t i = 0; i < cur_ids.size(); ++i) last[cur_ids[i]] = got[1].back()[i];
+        }
+        cur = std::move(next);
+        cur_ids.clear();
+        for (const auto& [id, _] : b) cur_ids.push_back(id);
+      }
+      if (ahead) got[1].push_back(e.finish(*cur));
+      EXPECT_EQ(e.length(1), int64_t(prompts[0].size()) + 3);
+      EXPECT_EQ(e.length(3), int64_t(prompts[2].size()) + 4);
+    }
+    EXPECT_EQ(got[0], got[1]);
   }
 }
 

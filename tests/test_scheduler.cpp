@@ -211,6 +211,12 @@ TEST_P(SchedulerTest, RetractionFinishesEveryRequestWithTheSameIds) {
     Result r = run_all(*lm.model, cs, so, ps, 128);
     for (size_t i = 0; i < cs.size(); ++i) EXPECT_EQ(r.ids[i], want[i].ids) << "request " << i;
     EXPECT_GT(r.stats.retractions, 0);
+    // Greedy on the platform, a step ahead: sequences retracted while their next token is still
+    // on the platform drop it and draw it again on resumption.
+    const Result g = run_all(*lm.model, cs, so, ps, 128, /*with_logits=*/false);
+    for (size_t i = 0; i < cs.size(); ++i) EXPECT_EQ(g.ids[i], want[i].ids) << "request " << i << " (a step ahead)";
+    EXPECT_GT(g.stats.retractions, 0);
+    EXPECT_GT(g.stats.ahead_batches, 0);
     std::printf("  cache %-3s: %ld retractions in %ld steps\n", cache ? "on" : "off", long(r.stats.retractions),
                 long(r.stats.steps));
   }
@@ -268,6 +274,107 @@ TEST_P(SchedulerTest, ChoicesShareThePromptPages) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a, d);
   EXPECT_NE(a[0], a[1]);
+}
+
+// Decoding a step ahead gives what step-by-step decoding gives, for requests that stop early (stop
+// ids, the model's eos, a stop check that drops a token), run out of max_tokens, sample on the
+// platform (n = 2), want logprobs (their batches run step by step) or are aborted while a step of
+// theirs is still on the platform.
+TEST_P(SchedulerTest, DecodingAheadGivesTheTokensOfStepByStep) {
+  const std::vector<Solo> want = solos(16, 16);
+  const int32_t eos = want[1].ids[2];  // request 1 stops at its third token
+  struct Out {
+    std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>> tokens;  // (request, choice)
+    std::map<std::pair<int64_t, int64_t>, FinishReason> finish;
+    std::map<std::pair<int64_t, int64_t>, std::vector<float>> logprobs;
+    SchedulerStats stats;
+    int64_t decode_tokens = 0;  // rows of the DECODE batches issued
+  };
+  auto run = [&](bool ahead) -> Out {
+    EngineOptions eo;
+    eo.page_size = 16;
+    eo.max_tokens = 2048;
+    Engine e(*lm.model, eo);
+    Out out;
+    SchedulerOptions so;
+    so.prefill_chunk = 16;
+    so.token_budget = 48;
+    so.eos_token_id = eos;
+    so.decode_ahead = ahead;
+    so.on_batch = [&out](ForwardMode m, ForwardMethod, int64_t n) {
+      if (m == ForwardMode::DECODE) out.decode_tokens += n;
+    };
+    {
+      Scheduler s(e, so);
+      for (size_t i = 0; i < cs.size(); ++i) {
+        GenerateRequest r;
+        r.prompt = cs[i].prompt;
+        r.params.max_tokens = cs[i].max_new + 6;
+        r.params.temperature = i % 3 == 0 ? 0.0 : 0.8;
+        r.params.seed = 40 + i;
+        r.params.ignore_eos = i != 1;
+        if (i % 4 == 2) r.params.stop_token_ids = {want[i].ids[std::min<size_t>(3, want[i].ids.size() - 1)]};
+        if (i % 5 == 3) r.n = 2;
+        if (i == 7) r.params.top_logprobs = 2, r.params.max_tokens = 5;
+        if (i % 4 == 1)  // a stop check: stop when the choice's tokens sum to a multiple of 5, drop that token
+          r.stop_check = [](int64_t, const std::vector<int32_t>& t) {
+            int64_t sum = 0;
+            for (int32_t x : t) sum += x;
+            return t.size() > 2 && sum % 5 == 0 ? int64_t(1) : int64_t(-1);
+          };
+        s.add(RequestHandle(i), r, [&out, i](const RequestUpdate& u) {
+          EXPECT_TRUE(u.error.empty()) << u.error;
+          for (const auto& c : u.choices) {
+            const auto key = std::make_pair(int64_t(i), c.index);
+            out.tokens[key].insert(out.tokens[key].end(), c.new_tokens.begin(), c.new_tokens.end());
+            for (const TokenLogprob& l : c.logprobs) out.logprobs[key].push_back(l.logprob);
+            if (c.finish != FinishReason::NONE) out.finish[key] = c.finish;
+          }
+        });
+      }
+      // One more request, aborted after a few decode steps: its pages come back.
+      GenerateRequest r;
+      r.prompt = cs[0].prompt;
+      r.params.max_tokens = 40;
+      r.params.temperature = 0;
+      FinishReason aborted = FinishReason::NONE;
+      s.add(99, r, [&](const RequestUpdate& u) {
+        for (const auto& c : u.choices)
+          if (c.finish != FinishReason::NONE) aborted = c.finish;
+      });
+      int64_t steps = 0;
+      while (s.step()) {
+        if (++steps == 12) s.abort(99);
+        if (steps == 5000) {
+          ADD_FAILURE() << "no progress";
+          break;
+        }
+      }
+      EXPECT_EQ(aborted, FinishReason::ABORT);
+      out.stats = s.stats();
+      if (s.cache()) s.cache()->check();
+      EXPECT_EQ(e.pool().free_pages() + s.cache()->cached_pages(), e.pool().config().num_pages) << "pages leaked";
+    }
+    EXPECT_EQ(e.pool().free_pages(), e.pool().config().num_pages) << "the scheduler left pages behind";
+    return out;
+  };
+  const Out step = run(false), ahead = run(true);
+  EXPECT_EQ(step.stats.ahead_batches, 0);
+  EXPECT_GT(ahead.stats.ahead_batches, 0);
+  EXPECT_EQ(ahead.tokens, step.tokens);
+  EXPECT_EQ(ahead.finish, step.finish);
+  EXPECT_EQ(ahead.logprobs, step.logprobs);
+  int64_t stops = 0, lengths = 0;
+  for (const auto& [k, f] : step.finish) stops += f == FinishReason::STOP, lengths += f == FinishReason::LENGTH;
+  EXPECT_EQ(step.finish.size(), 16u + 3u);  // n = 2 for requests 3, 8 and 13
+  EXPECT_GE(stops, 4);
+  EXPECT_GE(lengths, 4);
+  // A step ahead computes one token more only for a choice that stops (or the aborted request):
+  // none for one whose token in flight is its last.
+  EXPECT_GE(ahead.decode_tokens, step.decode_tokens);
+  EXPECT_LE(ahead.decode_tokens, step.decode_tokens + stops + 1);
+  std::printf("  %zu choices: %ld stopped, %ld at max_tokens; %ld of %ld steps issued a step ahead\n",
+              step.finish.size(), long(stops), long(lengths), long(ahead.stats.ahead_batches), long(ahead.stats.steps));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SchedulerTest, ::testing::Values("v3_tiny", "v2_greedy"));

@@ -51,9 +51,11 @@ struct Generation {
 };
 
 Generation generate_one(Engine& engine, const std::vector<int32_t>& prompt, const engine::SamplingParams& params,
-                        int64_t prefill_chunk, bool keep_logits, int32_t eos_token_id = -1) {
+                        int64_t prefill_chunk, bool keep_logits, int32_t eos_token_id = -1,
+                        bool decode_ahead = true) {
   Generation g;
   engine::SchedulerOptions so;
+  so.decode_ahead = decode_ahead;
   so.eos_token_id = eos_token_id;
   so.prefill_chunk = prefill_chunk;
   so.token_budget = std::max<int64_t>(int64_t(prompt.size()), 1);
@@ -162,7 +164,7 @@ void add_generate_command(CLI::App& app, int& rc) {
     double temperature = 0, top_p = 1.0, min_p = 0;
     int64_t top_k = 0;
     uint64_t seed = 0;
-    bool json = false;
+    bool json = false, no_decode_ahead = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("generate", "Generate tokens (greedy unless a temperature is given)");
@@ -185,6 +187,8 @@ void add_generate_command(CLI::App& app, int& rc) {
   sub->add_option("--seed", o->seed, "sampling seed (same seed, same tokens)")->capture_default_str();
   sub->add_option("--prefill-chunk", o->prefill_chunk, "prefill N prompt tokens per batch (0: all)")->capture_default_str();
   sub->add_flag("--json", o->json, "{\"ids\": [...], \"methods\": [...], \"tokens_per_s\": ...} on stdout");
+  sub->add_flag("--no-decode-ahead", o->no_decode_ahead,
+                "decode step by step: no step issued before the last one's token reaches the host (the same tokens)");
   sub->callback([o, &rc] {
     o->parse();
     const bool text_mode = !o->prompt.empty() || !o->messages_file.empty();
@@ -226,15 +230,18 @@ void add_generate_command(CLI::App& app, int& rc) {
       // Token-id prompts generate exactly --max-new-tokens; text prompts stop at the model's eos.
       sp.ignore_eos = !text_mode || o->ignore_eos;
       Generation g = generate_one(*s.engine, to_i32(prompt), sp, o->prefill_chunk, false,
-                                  text_mode ? engine::read_eos_token_id(o->model, s.lm.config.vocab_size) : -1);
+                                  text_mode ? engine::read_eos_token_id(o->model, s.lm.config.vocab_size) : -1,
+                                  !o->no_decode_ahead);
       out = std::move(g.ids);
       methods = std::move(g.methods);
       t_prefill = g.ttft;
       t_decode = g.total - g.ttft;
     }
-    const double tps = o->max_new > 1 ? double(o->max_new - 1) / t_decode : 0.0;
+    // The first token comes with the prefill; a text prompt may stop before --max-new-tokens.
+    const int64_t decoded = std::max<int64_t>(int64_t(out.size()) - 1, 0);
+    const double tps = decoded > 0 ? double(decoded) / t_decode : 0.0;
     std::fprintf(stderr, "mla: prefill %zu tokens %.3f s; decode %ld tokens %.3f s (%.1f tokens/s)\n", prompt.size(),
-                 t_prefill, long(std::max<int64_t>(o->max_new - 1, 0)), t_decode, tps);
+                 t_prefill, long(decoded), t_decode, tps);
     if (o->json) {
       nlohmann::ordered_json j;
       if (tok) {

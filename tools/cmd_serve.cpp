@@ -24,7 +24,7 @@ void add_serve_command(CLI::App& app, int& rc) {
     int port = 8000, http_threads = 0;
     int64_t max_queue = 1024, kv_tokens = 65536, token_budget = 2048, prefill_chunk = 512, max_running = 64,
             max_choices = 16;
-    bool no_prefix_cache = false;
+    bool no_prefix_cache = false, no_decode_ahead = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
@@ -44,6 +44,8 @@ void add_serve_command(CLI::App& app, int& rc) {
   sub->add_option("--max-n", o->max_choices, "largest n (choices) per request")->capture_default_str();
   sub->add_option("--policy", o->policy, "fcfs | lpm (longest prefix match first)")->capture_default_str();
   sub->add_flag("--no-prefix-cache", o->no_prefix_cache, "disable the radix prefix cache");
+  sub->add_flag("--no-decode-ahead", o->no_decode_ahead,
+                "decode step by step: no step issued before the last one's tokens reach the host (the same tokens)");
   sub->add_option("--http-threads", o->http_threads,
                   "connections served at once (default: --max-running + 64; a stream holds one for its whole life)");
   sub->callback([o, &rc] {
@@ -60,6 +62,7 @@ void add_serve_command(CLI::App& app, int& rc) {
     so.max_queue = o->max_queue;
     so.prefix_cache = !o->no_prefix_cache;
     so.max_choices = o->max_choices;
+    so.decode_ahead = !o->no_decode_ahead;
     try {
       so.policy = engine::parse_policy(o->policy);
     } catch (const Error& e) {

@@ -50,6 +50,13 @@ struct ForwardOptions {
   bool graphs = true;
 };
 
+// Token ids a step reads on the platform (e.g. the last step's sampled ids, not yet on the host):
+// token i of the batch is src[from[i]] where from[i] >= 0, else the host's ids[i].
+struct DeviceIds {
+  Tensor src;                 // [n] I32 on the model's platform
+  std::vector<int32_t> from;  // [T] a row of src, or -1
+};
+
 struct ModelOutput {
   Tensor logits;  // [T, vocab_size] f32, on the platform
   ForwardMethod method = ForwardMethod::MLA;
@@ -92,11 +99,11 @@ class Model {
   // on; the first time runs op by op. At most kMaxGraphs are kept (the least recently used go);
   // another pool, or other KV scales, drops them all.
   //
-  // device_ids: the tokens are that I32 tensor [T] on this platform (e.g. the last step's sampled
-  // ids, not yet on the host), and `ids` only holds T placeholders in the vocabulary. tp 1 only.
+  // device_ids: the tokens it names are read on the platform (Ops::step_rows_from), and their
+  // entries of `ids` are only placeholders in the vocabulary. tp 1 only.
   ModelOutput forward(const std::vector<int32_t>& ids, const BatchPlan& plan, KVPool& pool,
                       const ForwardOptions& opt, const std::vector<int32_t>* logit_rows = nullptr,
-                      const Tensor* device_ids = nullptr);
+                      const DeviceIds* device_ids = nullptr);
   static constexpr size_t kMaxGraphs = 64;
   size_t graphs_kept() const { return graphs_.size(); }  // recorded graphs (and shapes seen once)
 

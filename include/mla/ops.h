@@ -98,10 +98,12 @@ class Ops {
   // True where begin_step copies the plan and its extra vectors to the device, so step_rows_from
   // works; false on the CPU, whose ops read the host vectors themselves.
   virtual bool step_plan_on_device() const { return false; }
-  // Inside an open step: the device copy of extra vector `v` ← the I32 tensor `src` (as many
-  // values), in stream order: values the host does not have yet, e.g. the last step's sampled ids.
-  // Error where step_plan_on_device() is false or `v` is not an extra vector of the open step.
-  virtual void step_rows_from(const std::vector<int32_t>& v, const Tensor& src);
+  // Inside an open step: element i of the device copy of extra vector `v` ← the I32 tensor
+  // `src` at from[i], wherever from[i] >= 0 (from: v.size() entries), in stream order: values the
+  // host does not have yet, e.g. the last step's sampled ids. Each run of consecutive rows is one
+  // copy. Error where step_plan_on_device() is false, `v` is not an extra vector of the open step
+  // or a row is outside `src`.
+  virtual void step_rows_from(const std::vector<int32_t>& v, const Tensor& src, const std::vector<int32_t>& from);
   // True inside a step over this plan and pool: its slots were checked against the pool.
   virtual bool step_checked(const BatchPlan& plan, const KVPool& pool) const { return false; }
   // The open step's counts so far, or the last closed step's; zeros on the CPU.

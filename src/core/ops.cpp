@@ -36,7 +36,7 @@ class ReadyCopy final : public Ops::HostCopy {  // the default download_later: a
 
 std::unique_ptr<Ops::HostCopy> Ops::download_later(const Tensor& t) { return std::make_unique<ReadyCopy>(download(t)); }
 
-void Ops::step_rows_from(const std::vector<int32_t>&, const Tensor&) {
+void Ops::step_rows_from(const std::vector<int32_t>&, const Tensor&, const std::vector<int32_t>&) {
   fail("{}: no device plan to copy a step's rows into", name());
 }
 

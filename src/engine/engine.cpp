@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 #include <set>
+#include <unordered_map>
 
 #include "mla/error.h"
 
@@ -175,7 +176,7 @@ void check_picks(size_t requests, bool last_only, bool greedy, const std::vector
 }  // namespace
 
 ModelOutput Engine::forward(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only,
-                            const Tensor* device_ids) {
+                            const DeviceIds* device_ids) {
   const ModelConfig& c = model_.config();
   if (reqs.empty()) fail("engine: empty batch (no requests)");
   if (device_ids && send_) fail("engine: token ids on the device cannot be sent to the other ranks");
@@ -238,20 +239,29 @@ StepResult Engine::step(ForwardMode mode, const std::vector<StepRequest>& reqs, 
 Engine::InFlight Engine::decode_launch(const std::vector<StepRequest>& reqs, const InFlight* after,
                                       const std::vector<SampleRow>* sample) {
   check_picks(reqs.size(), true, sample == nullptr, sample);
-  std::vector<StepRequest> placeholders;  // with `after`: the ids are its tokens, still on the device
-  if (after) {
-    if (!after->ids.defined()) fail("engine: the step to decode after holds no tokens (moved from?)");
-    if (after->requests.size() != reqs.size())
-      fail("engine: {} requests after a step of {}: the same requests in the same order", reqs.size(),
-           after->requests.size());
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      if (reqs[i].id != after->requests[i])
-        fail("engine: request {} in place {} after a step that had request {} there", reqs[i].id, i, after->requests[i]);
-      if (!reqs[i].ids.empty()) fail("engine: request {}: its token comes from the step before (give no ids)", reqs[i].id);
-      placeholders.push_back({reqs[i].id, {0}});
+  // A request without ids takes its token from its row of `after`, on the device.
+  std::vector<StepRequest> batch;  // the ids there are placeholders
+  DeviceIds dev;
+  std::unordered_map<RequestId, int32_t> row_of;  // after's requests
+  bool from_after = false;
+  for (const StepRequest& r : reqs) {
+    if (!r.ids.empty()) {
+      batch.push_back(r);
+      dev.from.push_back(-1);
+      continue;
     }
+    if (!after) fail("engine: request {} gives no token id and no step is before it", r.id);
+    if (!after->ids.defined()) fail("engine: the step to decode after holds no tokens (moved from?)");
+    if (row_of.empty())
+      for (size_t i = 0; i < after->requests.size(); ++i) row_of.emplace(after->requests[i], int32_t(i));
+    auto it = row_of.find(r.id);
+    if (it == row_of.end()) fail("engine: request {} gives no token id and was not in the step before", r.id);
+    batch.push_back({r.id, {0}});
+    dev.from.push_back(it->second);
+    from_after = true;
   }
-  ModelOutput out = forward(ForwardMode::DECODE, after ? placeholders : reqs, true, after ? &after->ids : nullptr);
+  if (from_after) dev.src = after->ids;
+  ModelOutput out = forward(ForwardMode::DECODE, batch, true, from_after ? &dev : nullptr);
   InFlight f;
   for (const StepRequest& r : reqs) f.requests.push_back(r.id);
   f.method = out.method;

@@ -59,10 +59,11 @@ class Engine {
                   bool greedy = false, const std::vector<SampleRow>* sample = nullptr);
   // Decode with the host a step ahead of the device (tp 1). decode_launch checks, plans and issues
   // a DECODE step of one token per request, greedy or drawn with `sample`, and returns while the
-  // platform runs it; finish() waits for its tokens. `after`: a launched step of the same requests
-  // in the same order whose tokens, still on the device, are this step's input (give no ids), so
-  // step N + 1 is planned and issued before step N's tokens reach the host. The requests' lengths
-  // count a step from its launch. An InFlight must not outlive the engine.
+  // platform runs it; finish() waits for its tokens. A request that gives no ids takes the token
+  // `after` (a launched step, finished or not) drew for it, still on the device: so step N + 1 is
+  // planned and issued before step N's tokens reach the host. Requests of `after` may be left out,
+  // others join with their id. The requests' lengths count a step from its launch. An InFlight must
+  // not outlive the engine.
   struct InFlight {
     std::vector<RequestId> requests;
     Tensor ids;                            // [requests] I32 on the platform: the step's tokens
@@ -72,6 +73,8 @@ class Engine {
   InFlight decode_launch(const std::vector<StepRequest>& reqs, const InFlight* after = nullptr,
                          const std::vector<SampleRow>* sample = nullptr);
   std::vector<int32_t> finish(InFlight& f);
+  // Whether decode_launch can take ids from a step before: tp 1 (the ranks' ids travel by host).
+  bool decodes_ahead() const { return !send_ && model_.tp_size() == 1; }
   // Tokens request `id` holds (0 if unknown).
   int64_t length(RequestId id) const;
   void release(RequestId id);  // frees every slot of the request
@@ -106,7 +109,7 @@ class Engine {
   std::unique_ptr<KVPool> pool_;
   // Checks and plans a batch, runs the model on it, counts its tokens (step and decode_launch).
   ModelOutput forward(ForwardMode mode, const std::vector<StepRequest>& reqs, bool last_only,
-                      const Tensor* device_ids);
+                      const DeviceIds* device_ids);
   // Each row's token on the platform: drawn with `sample`, or the greedy one (null). [rows] I32.
   Tensor pick(const Tensor& logits, const std::vector<SampleRow>* sample);
   std::map<RequestId, int64_t> lengths_;

@@ -56,6 +56,12 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opt) : engine_(engi
 }
 
 Scheduler::~Scheduler() {
+  if (ahead_ && ahead_->f.copy) {
+    try {
+      engine_.finish(ahead_->f);  // its copy must land before the pinned buffer goes back
+    } catch (...) {
+    }
+  }
   for (Seq* s : running_)
     if (engine_.pool().has(s->pool_id)) engine_.release(s->pool_id);
   cache_.reset();
@@ -224,6 +230,9 @@ void Scheduler::cache_progress(Seq& s) {
 Scheduler::Seq* Scheduler::newest_running() { return running_.empty() ? nullptr : running_.back(); }
 
 void Scheduler::let_go(Seq& s) {
+  // A step ahead still writes the sequence's next KV row into its pages: the platform runs it
+  // before any later step that could reuse them.
+  forget_ahead(s);
   KVPool& pool = engine_.pool();
   if (pool.has(s.pool_id)) {
     if (cache_) {
@@ -326,19 +335,14 @@ void Scheduler::sample(Seq& s, const float* logits, int32_t greedy_token) {
   if (why != FinishReason::NONE) finish_seq(s, why);
 }
 
-void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
-  if (items.empty()) return;
-  // Group so that each item runs by the method it would run by alone: an item joins a group of its
-  // solo method only if the group's method stays that; MHA_CHUNKED_KV splits its prefix into chunks
-  // of chunk_capacity / requests tokens, so it always runs alone.
+std::vector<Scheduler::Group> Scheduler::group_items(ForwardMode mode, std::vector<Item>& items) const {
+  // Each item runs by the method it would run by alone: an item joins a group of its solo method
+  // only if the group's method stays that; MHA_CHUNKED_KV splits its prefix into chunks of
+  // chunk_capacity / requests tokens, so it always runs alone.
   auto batch_of = [mode](const std::vector<Item*>& g) {
     Batch b{mode, {}};
     for (const Item* it : g) b.requests.push_back({it->seq->pool_id, it->begin, it->end - it->begin});
     return b;
-  };
-  struct Group {
-    ForwardMethod method;
-    std::vector<Item*> items;
   };
   std::vector<Group> groups;
   for (Item& it : items) {
@@ -357,6 +361,23 @@ void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
     }
     if (!placed) groups.push_back({solo, {&it}});
   }
+  return groups;
+}
+
+void Scheduler::count_batch(ForwardMode mode, ForwardMethod method, int64_t tokens) {
+  ++stats_.steps_per_method[std::string(method_name(method))];
+  if (opt_.on_batch) opt_.on_batch(mode, method, tokens);
+}
+
+void Scheduler::fail_request(Request& q, const std::string& why) {
+  if (q.error.empty()) q.error = why;
+  for (auto& s : q.seqs)
+    if (s->state != State::FINISHED) finish_seq(*s, FinishReason::ABORT);
+}
+
+void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
+  if (items.empty()) return;
+  std::vector<Group> groups = group_items(mode, items);
   for (Group& g : groups) {
     // A sequence finished by a failed batch of this step leaves the later ones.
     g.items.erase(std::remove_if(g.items.begin(), g.items.end(),
@@ -395,20 +416,12 @@ void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
       r = engine_.step(mode, reqs, /*last_only=*/true, greedy, on_device ? &rows : nullptr);
     } catch (const std::exception& e) {
       // The batch failed (the engine changed nothing): its requests fail, with the error.
-      for (const Item* it : g.items) {
-        Request& q = *it->seq->req;
-        if (q.error.empty()) q.error = e.what();
-        for (auto& s : q.seqs)
-          if (s->state != State::FINISHED) finish_seq(*s, FinishReason::ABORT);
-      }
+      for (const Item* it : g.items) fail_request(*it->seq->req, e.what());
       continue;
     }
-    ++stats_.steps_per_method[std::string(method_name(r.method))];
-    if (opt_.on_batch) {
-      int64_t n = 0;
-      for (const StepRequest& q : reqs) n += int64_t(q.ids.size());
-      opt_.on_batch(mode, r.method, n);
-    }
+    int64_t n = 0;
+    for (const StepRequest& q : reqs) n += int64_t(q.ids.size());
+    count_batch(mode, r.method, n);
     for (size_t i = 0; i < g.items.size(); ++i) {
       Seq& s = *g.items[i]->seq;
       s.computed = g.items[i]->end;
@@ -425,6 +438,79 @@ void Scheduler::run_items(ForwardMode mode, std::vector<Item>& items) {
       }
     }
   }
+}
+
+bool Scheduler::decodes_ahead(std::vector<Item>& items, bool& greedy) const {
+  if (!opt_.decode_ahead || !engine_.decodes_ahead() || items.empty()) return false;
+  bool all_greedy = true, on_device = opt_.device_sampling;
+  for (const Item& it : items) {
+    all_greedy = all_greedy && wants_greedy_only(*it.seq->req);
+    on_device = on_device && wants_row_only(*it.seq->req);
+  }
+  greedy = all_greedy;
+  return (all_greedy || on_device) && group_items(ForwardMode::DECODE, items).size() == 1;
+}
+
+void Scheduler::launch_ahead(std::vector<Item>& items, bool greedy) {
+  // A sequence in the step before gives no id: its token is the one that step draws, on the platform.
+  // Its token here is then its (generated + 2)-th: the random number follows.
+  std::vector<StepRequest> reqs;
+  std::vector<SampleRow> rows;
+  for (const Item& it : items) {
+    const Seq& s = *it.seq;
+    reqs.push_back({s.pool_id, s.ahead ? std::vector<int32_t>{} : std::vector<int32_t>{s.tokens[size_t(it.begin)]}});
+    if (greedy) continue;
+    const SamplingParams& p = s.req->r.params;
+    const uint64_t i = uint64_t(s.generated + (s.ahead ? 1 : 0));
+    rows.push_back(sample_row(p, p.temperature == 0 ? 0.0 : stream_uniform(s.req->seed, uint64_t(s.index), i)));
+  }
+  Ahead next;
+  try {
+    next.f = engine_.decode_launch(reqs, ahead_ ? &ahead_->f : nullptr, greedy ? nullptr : &rows);
+  } catch (const std::exception& e) {
+    // Nothing was issued: the batch's requests fail, with the error; the step before still lands.
+    for (const Item& it : items)
+      if (it.seq->state == State::RUNNING) fail_request(*it.seq->req, e.what());
+    drain_ahead();
+    return;
+  }
+  ++stats_.ahead_batches;
+  count_batch(ForwardMode::DECODE, next.f.method, int64_t(items.size()));
+  for (Item& it : items) {
+    it.seq->computed = it.end;
+    next.seqs.push_back(it.seq);
+  }
+  std::optional<Ahead> before = std::move(ahead_);
+  ahead_.reset();
+  if (before)
+    for (Seq* s : before->seqs)
+      if (s) s->ahead = false;
+  for (Seq* s : next.seqs) s->ahead = true;
+  ahead_ = std::move(next);
+  if (before) take(*before);  // a sequence that stops there leaves ahead_ (forget_ahead)
+}
+
+void Scheduler::take(Ahead& a) {
+  const std::vector<int32_t> tokens = engine_.finish(a.f);
+  for (size_t i = 0; i < a.seqs.size(); ++i)
+    if (Seq* s = a.seqs[i]; s && s->state == State::RUNNING) sample(*s, nullptr, tokens[i]);
+}
+
+void Scheduler::drain_ahead() {
+  if (!ahead_) return;
+  Ahead a = std::move(*ahead_);
+  ahead_.reset();
+  for (Seq* s : a.seqs)
+    if (s) s->ahead = false;
+  take(a);
+}
+
+void Scheduler::forget_ahead(Seq& s) {
+  if (!s.ahead) return;
+  s.ahead = false;
+  if (ahead_)
+    for (Seq*& x : ahead_->seqs)
+      if (x == &s) x = nullptr;
 }
 
 void Scheduler::flush_updates() {
@@ -474,14 +560,20 @@ void Scheduler::abort_all() {
 int64_t Scheduler::flush_cache() { return cache_ ? cache_->flush() : 0; }
 
 bool Scheduler::step() {
-  if (requests_.empty()) return false;
+  if (requests_.empty()) {
+    drain_ahead();  // only sequences that left are in it
+    return false;
+  }
   KVPool& pool = engine_.pool();
   auto make_free = [&](int64_t pages) { return cache_ ? cache_->make_free(pages) : pool.free_pages() >= pages; };
 
-  // Decodes: every running sequence with one token to compute past its prefill.
+  // Decodes: every running sequence with one token to compute past its prefill: the last token on
+  // the host, or the one the step ahead draws unless that one is its last (max_tokens).
   std::vector<Seq*> dec;
   for (Seq* s : running_)
-    if (s->computed >= s->prefill_end && s->computed == int64_t(s->tokens.size()) - 1) dec.push_back(s);
+    if (s->computed >= s->prefill_end &&
+        (s->computed == int64_t(s->tokens.size()) - 1 || (s->ahead && s->generated + 1 < s->req->r.params.max_tokens)))
+      dec.push_back(s);
   auto decode_pages = [&] {
     int64_t n = 0;
     for (Seq* s : dec) n += pages_to_hold(*s, s->computed + 1);
@@ -516,6 +608,11 @@ bool Scheduler::step() {
     budget -= n;
     ext.push_back({s, s->computed, end});
   }
+  if (dec.empty() && ext.empty() && ahead_) {
+    drain_ahead();  // its sequences reach max_tokens there
+    flush_updates();
+    return true;
+  }
   if (dec.empty() && ext.empty()) {
     // Every running sequence waits for pages the others hold: let the newest go.
     if (Seq* victim = newest_running(); victim && running_.size() > 1) retract(*victim);
@@ -525,8 +622,15 @@ bool Scheduler::step() {
   std::vector<Item> dec_items;
   for (Seq* s : dec) dec_items.push_back({s, s->computed, s->computed + 1});
   ++stats_.steps;
-  run_items(ForwardMode::DECODE, dec_items);
+  bool greedy = false;
+  if (decodes_ahead(dec_items, greedy)) {
+    launch_ahead(dec_items, greedy);
+  } else {
+    drain_ahead();  // its sequences' tokens are this batch's input
+    run_items(ForwardMode::DECODE, dec_items);
+  }
   run_items(ForwardMode::EXTEND, ext);
+  if (ahead_ && std::all_of(ahead_->seqs.begin(), ahead_->seqs.end(), [](const Seq* s) { return !s; })) drain_ahead();
   flush_updates();
   return true;
 }

@@ -1,10 +1,11 @@
 // src/engine/scheduler.h — continuous batching over the Engine: request state, admission against
 // the pool, chunked prefill, decode, retraction, the prefix cache, sampling and metrics.
 //
-// One step is one or more batches, each of one ForwardMode and each through Engine::step (the
-// handlers and the resolution choose its method exactly as for a hand-built batch): first one
-// DECODE batch of every sequence that has a token to decode, then EXTEND batches of prefill
-// chunks within the step's token budget. Extend items are grouped so that every item runs by the
+// One step is one or more batches, each of one ForwardMode (the handlers and the resolution choose
+// its method exactly as for a hand-built batch): first one DECODE batch of every sequence that has a
+// token to decode, then EXTEND batches of prefill chunks within the step's token budget. A DECODE
+// batch whose tokens the platform picks runs a step ahead (Engine::decode_launch): it is issued
+// before the last one's tokens reach the host, and its sequences' tokens arrive in the next step. Extend items are grouped so that every item runs by the
 // method it would run by alone (see docs/engine.md: what is batch-invariant). Single-threaded:
 // the Service runs it on its scheduler thread; the CLI and the tests drive it directly.
 #pragma once
@@ -15,6 +16,7 @@
 #include <map>
 #include <string>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -41,6 +43,10 @@ struct SchedulerOptions {
   // Sequences without penalties, logprobs or logits hook draw their tokens on the platform
   // (Ops::sample_rows) when every sequence sampling in the batch does; else the host samples.
   bool device_sampling = true;
+  // DECODE batches whose tokens the platform picks (greedy or device_sampling) run a step ahead
+  // (tp 1): the host plans and issues step N + 1 while step N runs. A sequence that stops then
+  // finishes one step late, its extra token dropped; the tokens are those of step-by-step decoding.
+  bool decode_ahead = true;
   int64_t cpu_threads = 0;      // Service: OpenMP threads of the scheduler thread (0: the default)
   // Called after every batch with its mode, method and new tokens (the CLI's method list).
   std::function<void(ForwardMode, ForwardMethod, int64_t)> on_batch;
@@ -53,6 +59,7 @@ struct SchedulerStats {
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t retractions = 0, steps = 0;
+  int64_t ahead_batches = 0;  // DECODE batches issued a step ahead (of steps_per_method's)
   std::map<std::string, int64_t> steps_per_method;  // batches run by each method
   MetricsSnapshot::Histogram time_to_first_token, inter_token_latency;
 };
@@ -107,6 +114,7 @@ class Scheduler {
     std::unordered_map<int32_t, int64_t> counts;
     FinishReason finish = FinishReason::NONE;
     Clock::time_point last_token;
+    bool ahead = false;  // in ahead_: its next token is still on the platform (then computed == tokens.size())
   };
   struct Request {
     RequestHandle handle = 0;
@@ -125,13 +133,31 @@ class Scheduler {
     Seq* seq;
     int64_t begin, end;
   };
+  struct Group {  // items that run as one batch, by `method`
+    ForwardMethod method;
+    std::vector<Item*> items;
+  };
+  struct Ahead {  // a DECODE batch issued a step ahead: its tokens are still on the platform
+    Engine::InFlight f;
+    std::vector<Seq*> seqs;  // its rows; null where the sequence left since (finished, retracted)
+  };
 
   void admit(int64_t budget);  // admits while the step's prefill budget lasts
   void cache_progress(Seq& s);
   void fork_choices(Seq& parent);
   int64_t pages_to_hold(const Seq& s, int64_t tokens) const;  // more pages s needs to hold `tokens`
   int64_t chunk_end(const Seq& s) const;
+  // Each item with the method it would run by alone, in groups that keep it (run_items' batches).
+  std::vector<Group> group_items(ForwardMode mode, std::vector<Item>& items) const;
   void run_items(ForwardMode mode, std::vector<Item>& items);
+  // Whether the DECODE items can run a step ahead, and then whether greedy (else sampled on the platform).
+  bool decodes_ahead(std::vector<Item>& items, bool& greedy) const;
+  void launch_ahead(std::vector<Item>& items, bool greedy);  // then takes the batch it follows
+  void take(Ahead& a);     // waits for a's tokens; each sequence still running samples its own
+  void drain_ahead();      // takes ahead_, if any
+  void forget_ahead(Seq& s);  // s leaves ahead_: its token there is dropped
+  void count_batch(ForwardMode mode, ForwardMethod method, int64_t tokens);
+  void fail_request(Request& q, const std::string& why);  // a batch of q failed: every choice ends
   static bool wants_greedy_only(const Request& q);  // greedy, no penalties, no logprobs, no hook
   static bool wants_row_only(const Request& q);     // no penalties, no logprobs, no hook
   // The next token of `s` from its logits row, or (logits null) the token the platform chose.
@@ -149,6 +175,7 @@ class Scheduler {
   std::map<RequestHandle, std::unique_ptr<Request>> requests_;
   std::deque<Seq*> waiting_;
   std::vector<Seq*> running_;  // in admission order
+  std::optional<Ahead> ahead_;
   RequestId next_pool_id_ = 1;
   uint64_t next_admit_ = 0;
   SchedulerStats stats_;

@@ -198,14 +198,18 @@ ForwardMethod Model::choose_method(const Batch& b, const ForwardOptions& opt) co
 
 ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& plan, KVPool& pool,
                            const ForwardOptions& opt, const std::vector<int32_t>* logit_rows,
-                           const Tensor* device_ids) {
+                           const DeviceIds* device_ids) {
   const int64_t T = plan.num_tokens;
   if (int64_t(ids.size()) != T) fail("model: {} ids for a batch of {} tokens", ids.size(), T);
   if (device_ids) {
     if (tp_) fail("model: token ids on the device need tp 1 (each rank maps them to its vocabulary rows on the host)");
-    if (device_ids->dtype() != DType::I32 || device_ids->numel() != T || device_ids->platform() != ops_.platform())
-      fail("model: device ids must be {} I32 values on {} (got {} {})", T, platform_name(ops_.platform()),
-           device_ids->numel(), dtype_name(device_ids->dtype()));
+    const Tensor& src = device_ids->src;
+    if (src.dtype() != DType::I32 || src.rank() != 1 || src.platform() != ops_.platform())
+      fail("model: device ids must be I32 values [n] on {} (got {} {})", platform_name(ops_.platform()),
+           shape_str(src.shape()), dtype_name(src.dtype()));
+    if (int64_t(device_ids->from.size()) != T) fail("model: {} device id rows for a batch of {} tokens", device_ids->from.size(), T);
+    for (int32_t r : device_ids->from)
+      if (r < -1 || r >= src.numel()) fail("model: device id row {} is outside the {} ids given", r, src.numel());
   }
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
@@ -229,14 +233,19 @@ ModelOutput Model::forward(const std::vector<int32_t>& ids, const BatchPlan& pla
   // Device ids on a platform whose ops read the host vectors (the CPU): the values are here already.
   std::vector<int32_t> read_ids;
   if (device_ids && !ops_.step_plan_on_device()) {
-    const Tensor h = ops_.download(*device_ids);
-    read_ids.assign(h.ptr<int32_t>(), h.ptr<int32_t>() + T);
-    for (int32_t t : read_ids)
+    const Tensor h = ops_.download(device_ids->src);
+    read_ids = ids;
+    for (int64_t i = 0; i < T; ++i) {
+      const int32_t r = device_ids->from[size_t(i)];
+      if (r < 0) continue;
+      const int32_t t = h.ptr<int32_t>()[r];
       if (t < 0 || t >= cfg_.vocab_size) fail("model: device token id {} is outside the vocabulary [0, {})", t, cfg_.vocab_size);
+      read_ids[size_t(i)] = t;
+    }
   }
   const std::vector<int32_t>& embed_rows = tp_ ? rows_of_ids : !read_ids.empty() ? read_ids : ids;
   const StepScope step(ops_, plan, pool, {&embed_rows, logit_rows});  // the plan goes to the device once
-  if (device_ids && ops_.step_plan_on_device()) ops_.step_rows_from(embed_rows, *device_ids);
+  if (device_ids && ops_.step_plan_on_device()) ops_.step_rows_from(embed_rows, device_ids->src, device_ids->from);
   if (opt.graphs && plan.batch.mode == ForwardMode::DECODE && out.method == ForwardMethod::MLA && T > 0 &&
       ops_.can_capture() && (!tp_ || tp_->capturable())) {
     out.logits = run_graph(embed_rows, plan, pool, out.method, opt.dispatch, logit_rows);

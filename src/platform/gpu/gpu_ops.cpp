@@ -285,14 +285,27 @@ std::unique_ptr<Ops::HostCopy> GpuOps::download_later(const Tensor& t) {
   return std::make_unique<PendingCopy>(*this, c, t.dtype(), t.shape());
 }
 
-void GpuOps::step_rows_from(const std::vector<int32_t>& v, const Tensor& src) {
+void GpuOps::step_rows_from(const std::vector<int32_t>& v, const Tensor& src, const std::vector<int32_t>& from) {
   refuse_in_capture("step_rows_from");
   const int32_t* d = step_ints(v);
   expect(d != nullptr, "step_rows_from", "the vector is not an extra vector of the open step");
-  expect(src.platform() == platform_ && src.dtype() == DType::I32 && size_t(src.numel()) == v.size(), "step_rows_from",
-         fmt::format("{} I32 values on this platform wanted, got {} {}", v.size(), src.numel(), dtype_name(src.dtype())));
-  if (!v.empty())
-    MLA_GPU_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(d), src.data(), v.size() * 4, cudaMemcpyDeviceToDevice, stream_));
+  expect(src.platform() == platform_ && src.dtype() == DType::I32 && from.size() == v.size(), "step_rows_from",
+         fmt::format("I32 values on this platform and {} rows wanted, got {} {} and {} rows", v.size(),
+                     src.numel(), dtype_name(src.dtype()), from.size()));
+  for (const int32_t r : from)
+    if (r >= src.numel())
+      expect(false, "step_rows_from", fmt::format("row {} is outside the {} values given", r, src.numel()));
+  const auto* s = static_cast<const int32_t*>(src.data());
+  for (size_t i = 0; i < from.size();) {
+    if (from[i] < 0) {
+      ++i;
+      continue;
+    }
+    size_t n = 1;  // a run: rows i.. take src[from[i]]..
+    while (i + n < from.size() && from[i + n] == from[i] + int32_t(n)) ++n;
+    MLA_GPU_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(d + i), s + from[i], n * 4, cudaMemcpyDeviceToDevice, stream_));
+    i += n;
+  }
 }
 
 void GpuOps::mark(const char* label) {

@@ -97,7 +97,7 @@ class GpuOps : public Ops {
   }
   std::unique_ptr<HostCopy> download_later(const Tensor& t) override;  // page-locked, an event
   bool step_plan_on_device() const override { return true; }
-  void step_rows_from(const std::vector<int32_t>& v, const Tensor& src) override;
+  void step_rows_from(const std::vector<int32_t>& v, const Tensor& src, const std::vector<int32_t>& from) override;
   std::shared_ptr<void> alloc_staging(size_t bytes) override;                                  // pinned
   void upload_async(const void* host, Tensor& dst, size_t offset, size_t n, int slot) override;  // + event
   void wait_upload(int slot) override;
