@@ -171,8 +171,8 @@ nlohmann::json activity_summary(const std::vector<DeviceSpan>& spans) {
   std::vector<std::pair<double, std::string>> top;
   for (const auto& [name, n] : by_name) top.emplace_back(n.second, fmt::format("{} ×{}", name, n.first));
   std::sort(top.rbegin(), top.rend());
-  nlohmann::json heavy = nlohmann::json::array();
-  for (size_t i = 0; i < top.size() && i < 8; ++i) heavy.push_back({{"kernel", top[i].second}, {"us", top[i].first}});
+  nlohmann::json heavy = nlohmann::json::array();  // every kernel, the heaviest first (print_activity: 8)
+  for (const auto& [us, kernel] : top) heavy.push_back({{"kernel", kernel}, {"us", us}});
   j["kernel_span_ms"] = double(span) / 1e6;
   j["busy_ms"] = double(busy) / 1e6;
   j["idle_fraction"] = 1.0 - double(busy) / double(span);
@@ -193,7 +193,8 @@ void print_activity(const nlohmann::json& a) {
                100 * double(a["idle_fraction"]), long(a["gaps"]), double(a["gap_median_us"]),
                double(a["gap_max_us"]));
   std::string h;
-  for (const auto& x : a["heaviest"]) h += fmt::format("  {} {:.0f} us;", std::string(x["kernel"]), double(x["us"]));
+  for (size_t i = 0; i < a["heaviest"].size() && i < 8; ++i)
+    h += fmt::format("  {} {:.0f} us;", std::string(a["heaviest"][i]["kernel"]), double(a["heaviest"][i]["us"]));
   std::fprintf(stderr, "    heaviest:%s\n", h.c_str());
 }
 
