@@ -9,16 +9,23 @@ void prepare_latent(MethodContext& c) {
   const int64_t T = c.plan.num_tokens, H = cfg.num_attention_heads;
   const DType act = ops.act_dtype();
   c.q = ops.empty(act, {T, H, cfg.qk_head_dim()});
-  if (cfg.has_q_lora()) {
-    Tensor qa = ops.empty(act, {T, cfg.q_lora_rank});  // [T, q_lora_rank]
-    ops.linear(c.x, c.w.q_a_proj, qa);
-    ops.rmsnorm(qa, cfg.q_lora_rank, c.w.q_a_layernorm, cfg.latent_norm_eps);
-    ops.linear(qa, c.w.q_b_proj, c.q);
-  } else {
-    ops.linear(c.x, c.w.q_proj, c.q);
-  }
   c.kva = ops.empty(act, {T, cfg.kv_row_dim()});  // [T, 576]
-  ops.linear(c.x, c.w.kv_a_proj_with_mqa, c.kva);
+  {
+    // The latent projection in a side lane, beside q's: both only read x (the calls keep their
+    // program order, so the bits do not change).
+    SideLane lane(ops);
+    ops.linear(c.x, c.w.kv_a_proj_with_mqa, c.kva);
+    lane.main();
+    if (cfg.has_q_lora()) {
+      Tensor qa = ops.empty(act, {T, cfg.q_lora_rank});  // [T, q_lora_rank]
+      ops.linear(c.x, c.w.q_a_proj, qa);
+      ops.rmsnorm(qa, cfg.q_lora_rank, c.w.q_a_layernorm, cfg.latent_norm_eps);
+      ops.linear(qa, c.w.q_b_proj, c.q);
+    } else {
+      ops.linear(c.x, c.w.q_proj, c.q);
+    }
+    lane.join();
+  }
   ops.finish_latent(c.q, H, cfg.qk_nope_head_dim, c.kva, cfg.kv_lora_rank, c.w.kv_a_layernorm, cfg.latent_norm_eps,
                     c.plan.positions, c.rope, c.pool, c.layer, c.plan.new_slots);
 }

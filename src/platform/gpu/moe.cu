@@ -4,6 +4,7 @@
 // grouping slots by expert into row tiles, the portable grouped GEMMs (plain CUDA, no tensor
 // cores: the ROCm platform's path and every dtype's fallback) and the combine. No host round trip:
 // grids come from host-known bounds, the routing-dependent counts stay on the device.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -21,6 +22,7 @@ constexpr int kRouteThreads = 256;
 __device__ __forceinline__ int rank_of(const double* v, int n, int i) {
   const double x = v[i];
   int r = 0;
+#pragma unroll 8
   for (int j = 0; j < n; ++j) r += (v[j] > x || (v[j] == x && j < i)) ? 1 : 0;
   return r;
 }
@@ -45,16 +47,30 @@ __device__ void route_token(const MoeRouteParams& p, int t, const float* l, doub
     for (int e = tid; e < E; e += blockDim.x) scores[e] = 1.0 / (1.0 + exp(-double(l[e])));
     __syncthreads();
   } else {
+    // The host's max: l[0], then each later l[e] above it (NaN never is). So the maximum of the
+    // values that are not NaN, unless l[0] is NaN. Each thread, then the warps, then the 8 warp
+    // maxima (a maximum is the same whatever the order; ±0 only differ in sign, and exp(l − ±0)
+    // is the same).
+    __shared__ float warp_max[kRouteThreads / 32];
+    float m = -INFINITY;
+    for (int e = tid; e < E; e += blockDim.x) m = l[e] > m ? l[e] : m;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float u = shfl_xor(m, o);
+      m = u > m ? u : m;
+    }
+    if ((tid & 31) == 0) warp_max[tid >> 5] = m;
+    __syncthreads();
     if (tid == 0) {
-      float m = l[0];
-      for (int e = 1; e < E; ++e) m = l[e] > m ? l[e] : m;
-      red = double(m);
+      float mm = l[0];
+      for (int w = 0; w < int(blockDim.x >> 5); ++w) mm = warp_max[w] > mm ? warp_max[w] : mm;
+      red = double(mm);
     }
     __syncthreads();
     for (int e = tid; e < E; e += blockDim.x) scores[e] = exp(double(l[e]) - red);
     __syncthreads();
-    if (tid == 0) {  // in index order, as the host sums
+    if (tid == 0) {  // in index order, as the host sums (the loads unrolled ahead of the adds)
       double sum = 0;
+#pragma unroll 8
       for (int e = 0; e < E; ++e) sum += scores[e];
       red = sum;
     }
@@ -413,7 +429,11 @@ MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
 }
 
 void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& plan, cudaStream_t s) {
-  moe_align_k<<<1, kAlignThreads, sizeof(int) * size_t(3 * E), s>>>(expert, int(n), E, bm, plan);
+  // A thread per expert at least, one per slot up to the block's bound: a decode batch's few slots
+  // take a block of E threads, whose scans and barriers are shorter than 1024 threads'.
+  const int64_t want = std::max<int64_t>(E, std::min<int64_t>(n, kAlignThreads));
+  const unsigned threads = unsigned((want + 31) / 32 * 32);
+  moe_align_k<<<1, threads, sizeof(int) * size_t(3 * E), s>>>(expert, int(n), E, bm, plan);
   MLA_GPU_LAUNCH_CHECK();
 }
 
