@@ -20,9 +20,10 @@ namespace {
 
 std::vector<Platform> platforms() { return test::available_platforms(); }
 
-// Largest |got − want| over the largest |want|. Measured on the CPU: f32 out 3.7e-7; bf16 out 2.5e-3
-// (the output's own rounding, 2⁻⁹ of a value).
-double tolerance(DType out) { return out == DType::F32 ? 3e-6 : 1e-2; }
+// Largest |got − want| over the largest |want|. Measured: f32 out 3.7e-7 on the CPU, 3.0e-6 on the
+// H200 (cuBLAS, bf16 weights into f32 out); bf16 out 3.0e-3 (the output's own rounding, 2⁻⁹ of a
+// value).
+double tolerance(DType out) { return out == DType::F32 ? 1e-5 : 1e-2; }
 
 TEST(Linear, FewAndManyRowsMatchTheReference) {
   double worst[2] = {0, 0};  // bf16 out, f32 out
