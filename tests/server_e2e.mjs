@@ -121,7 +121,7 @@ async function idsTests() {
   const m0 = await metrics(s);
   for (const name of ["mla:num_requests_running", "mla:num_requests_waiting", "mla:kv_cache_usage_perc",
                       "mla:prefix_cache_queries_total", "mla:prefix_cache_hits_total", "mla:prompt_tokens_total",
-                      "mla:generation_tokens_total", "mla:time_to_first_token_seconds_count",
+                      "mla:generation_tokens_total", "mla:decode_ahead_steps_total", "mla:time_to_first_token_seconds_count",
                       "mla:inter_token_latency_seconds_count"])
     check(!Number.isNaN(m0.get(name)), `/metrics has ${name}`);
   check(/# TYPE mla:time_to_first_token_seconds histogram/.test(m0.text), "TTFT histogram type line");
@@ -142,6 +142,9 @@ async function idsTests() {
                                                return_token_ids: true });
   check(JSON.stringify(c2.choices[0].token_ids) === JSON.stringify(c.choices[0].token_ids), "a prefix-cache hit keeps the answer");
   check(c2.usage.prompt_tokens_details.cached_tokens > 0, "cached_tokens after a repeat", c2.usage);
+  // Greedy decode batches run a step ahead: 7 decode batches a request, nearly all issued ahead.
+  const ahead = (await metrics(s)).get("mla:decode_ahead_steps_total") - m0.get("mla:decode_ahead_steps_total");
+  check(ahead >= 10, "decode batches issued a step ahead", ahead);
 
   lap("non-streaming + cache repeat");
   // Streaming through the client, with usage.

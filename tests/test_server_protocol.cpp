@@ -591,6 +591,7 @@ TEST(ServerMetrics, PrometheusText) {
   m.prompt_tokens = 120;
   m.generation_tokens = 55;
   m.steps_per_method = {{"MLA", 50}, {"MHA", 3}};
+  m.decode_ahead_steps = 47;
   m.time_to_first_token.bounds = {0.01, 0.1};
   m.time_to_first_token.counts = {2, 5};
   m.time_to_first_token.count = 6;
@@ -601,7 +602,8 @@ TEST(ServerMetrics, PrometheusText) {
         "mla:kv_cache_usage_perc 0.25\n", "# TYPE mla:prefix_cache_queries_total counter\n",
         "mla:prefix_cache_queries_total 100\n", "mla:prefix_cache_hits_total 40\n", "mla:prompt_tokens_total 120\n",
         "mla:generation_tokens_total 55\n", "mla:forward_steps_total{method=\"MHA\"} 3\n",
-        "mla:forward_steps_total{method=\"MLA\"} 50\n", "# TYPE mla:time_to_first_token_seconds histogram\n",
+        "mla:forward_steps_total{method=\"MLA\"} 50\n", "# TYPE mla:decode_ahead_steps_total counter\n",
+        "mla:decode_ahead_steps_total 47\n", "# TYPE mla:time_to_first_token_seconds histogram\n",
         "mla:time_to_first_token_seconds_bucket{le=\"0.01\"} 2\n",
         "mla:time_to_first_token_seconds_bucket{le=\"0.1\"} 5\n",
         "mla:time_to_first_token_seconds_bucket{le=\"+Inf\"} 6\n", "mla:time_to_first_token_seconds_sum 0.75\n",

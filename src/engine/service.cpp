@@ -98,6 +98,7 @@ class ServiceImpl : public Service {
     m.prompt_tokens = st.prompt_tokens;
     m.generation_tokens = st.generation_tokens;
     m.steps_per_method = st.steps_per_method;
+    m.decode_ahead_steps = st.ahead_batches;
     m.time_to_first_token = st.time_to_first_token;
     m.inter_token_latency = st.inter_token_latency;
     snapshot_ = std::move(m);

@@ -86,6 +86,7 @@ struct MetricsSnapshot {
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens queried, tokens hit
   int64_t prompt_tokens = 0, generation_tokens = 0;
   std::map<std::string, int64_t> steps_per_method;  // forward method name → steps
+  int64_t decode_ahead_steps = 0;  // DECODE batches issued before the last one's tokens reached the host
   // Histograms: bucket upper bounds (seconds) and cumulative counts, Prometheus style.
   struct Histogram {
     std::vector<double> bounds;

@@ -42,6 +42,9 @@ std::string render_metrics(const engine::MetricsSnapshot& m, int64_t client_disc
   header(s, "mla:forward_steps_total", "counter", "Forward steps by attention forward method.");
   for (const auto& [method, n] : m.steps_per_method)
     s += fmt::format("mla:forward_steps_total{{method=\"{}\"}} {}\n", method, n);
+  scalar(s, "mla:decode_ahead_steps_total", "counter",
+         "Decode batches issued before the last one's tokens reached the host (of forward_steps_total).",
+         double(m.decode_ahead_steps));
   histogram(s, "mla:time_to_first_token_seconds", "Time from arrival to the first token, in seconds.",
             m.time_to_first_token);
   histogram(s, "mla:inter_token_latency_seconds", "Time between consecutive tokens of a request, in seconds.",
