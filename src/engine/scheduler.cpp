@@ -469,8 +469,7 @@ void Scheduler::launch_ahead(std::vector<Item>& items, bool greedy) {
     next.f = engine_.decode_launch(reqs, ahead_ ? &ahead_->f : nullptr, greedy ? nullptr : &rows);
   } catch (const std::exception& e) {
     // Nothing was issued: the batch's requests fail, with the error; the step before still lands.
-    for (const Item& it : items)
-      if (it.seq->state == State::RUNNING) fail_request(*it.seq->req, e.what());
+    for (const Item& it : items) fail_request(*it.seq->req, e.what());
     drain_ahead();
     return;
   }
@@ -493,7 +492,7 @@ void Scheduler::launch_ahead(std::vector<Item>& items, bool greedy) {
 void Scheduler::take(Ahead& a) {
   const std::vector<int32_t> tokens = engine_.finish(a.f);
   for (size_t i = 0; i < a.seqs.size(); ++i)
-    if (Seq* s = a.seqs[i]; s && s->state == State::RUNNING) sample(*s, nullptr, tokens[i]);
+    if (Seq* s = a.seqs[i]) sample(*s, nullptr, tokens[i]);  // a sequence that left is null (let_go)
 }
 
 void Scheduler::drain_ahead() {
@@ -630,7 +629,6 @@ bool Scheduler::step() {
     run_items(ForwardMode::DECODE, dec_items);
   }
   run_items(ForwardMode::EXTEND, ext);
-  if (ahead_ && std::all_of(ahead_->seqs.begin(), ahead_->seqs.end(), [](const Seq* s) { return !s; })) drain_ahead();
   flush_updates();
   return true;
 }

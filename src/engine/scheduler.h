@@ -5,9 +5,10 @@
 // its method exactly as for a hand-built batch): first one DECODE batch of every sequence that has a
 // token to decode, then EXTEND batches of prefill chunks within the step's token budget. A DECODE
 // batch whose tokens the platform picks runs a step ahead (Engine::decode_launch): it is issued
-// before the last one's tokens reach the host, and its sequences' tokens arrive in the next step. Extend items are grouped so that every item runs by the
-// method it would run by alone (see docs/engine.md: what is batch-invariant). Single-threaded:
-// the Service runs it on its scheduler thread; the CLI and the tests drive it directly.
+// before the last one's tokens reach the host, and its sequences' tokens arrive in the next step.
+// Extend items are grouped so that every item runs by the method it would run by alone (see
+// docs/engine.md: what is batch-invariant). Single-threaded: the Service runs it on its scheduler
+// thread; the CLI and the tests drive it directly.
 #pragma once
 #include <chrono>
 #include <cstdint>
