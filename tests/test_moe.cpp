@@ -285,10 +285,12 @@ TEST_P(MoeExperts, MatchTheNaiveLoop) {
   struct Shape3 {
     int64_t T, K, E, I, H;
   };
-  // Multiples of 64 (the CUDA bf16 tensor-core paths: 16-, 32-, 64- and, on sm_90a, 128-row tiles) and
-  // odd sizes (the portable path).
+  // Multiples of 64 (the CUDA bf16 tensor-core paths: 16-, 32-, 64- and, on sm_90a, 128-row tiles),
+  // reductions of 2048 (those paths' 128-wide stages: gate/up over hidden, down over I) and odd sizes
+  // (the portable path).
   for (Shape3 s : {Shape3{37, 3, 8, 192, 128}, Shape3{50, 2, 4, 128, 192}, Shape3{150, 2, 4, 128, 64},
-                   Shape3{600, 2, 4, 128, 256}, Shape3{5, 2, 6, 40, 72}}) {
+                   Shape3{600, 2, 4, 128, 256}, Shape3{24, 2, 4, 128, 2048}, Shape3{24, 2, 4, 2048, 128},
+                   Shape3{5, 2, 6, 40, 72}}) {
     SCOPED_TRACE(fmt::format("T {} K {} E {} I {} hidden {}", s.T, s.K, s.E, s.I, s.H));
     const Experts m = random_experts(s.E, s.I, s.H, f.act, 11);
     const Tensor x = random_x(s.T, s.H, f.act, 12);
@@ -331,54 +333,58 @@ TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
   const Flavour f = GetParam();
   MLA_OPS_OR_SKIP(ops, f);
   // On CUDA bf16: T ≤ 37 16-row tiles (mma.sync), T = 64 32-row tiles, T = 128 64-row tiles, T = 512
-  // 128-row tiles (wgmma on sm_90a).
-  const int64_t E = 4, K = 2, I = 128, H = 256;
-  const Experts m = random_experts(E, I, H, f.act, 21);
-  Tensor g = ops->upload(m.gate), u = ops->upload(m.up), d = ops->upload(m.down);
-  const Tensor xb = random_x(128, H, f.act, 22);
-  std::vector<int32_t> ex;
-  std::vector<float> w;
-  random_choice(128, K, E, -1, 23, ex, w);
-  const size_t es = dtype_size(f.act);
-  auto run = [&](const std::vector<int64_t>& tokens) {  // rows of xb, in this order
-    const int64_t T = int64_t(tokens.size());
-    Tensor x = Tensor::host(f.act, {T, H});
-    std::vector<int32_t> e;
-    std::vector<float> ww;
-    for (int64_t i = 0; i < T; ++i) {
-      std::memcpy(static_cast<char*>(x.data()) + size_t(i * H) * es,
-                  static_cast<const char*>(xb.data()) + size_t(tokens[size_t(i)] * H) * es, size_t(H) * es);
-      for (int64_t k = 0; k < K; ++k)
-        e.push_back(ex[size_t(tokens[size_t(i)] * K + k)]), ww.push_back(w[size_t(tokens[size_t(i)] * K + k)]);
+  // 128-row tiles (wgmma on sm_90a); hidden 2048: the mma.sync body's 128-wide stages for gate/up.
+  for (const int64_t H : {256, 2048}) {
+    SCOPED_TRACE(fmt::format("hidden {}", H));
+    const int64_t E = 4, K = 2, I = 128;
+    const Experts m = random_experts(E, I, H, f.act, 21);
+    Tensor g = ops->upload(m.gate), u = ops->upload(m.up), d = ops->upload(m.down);
+    const Tensor xb = random_x(128, H, f.act, 22);
+    std::vector<int32_t> ex;
+    std::vector<float> w;
+    random_choice(128, K, E, -1, 23, ex, w);
+    const size_t es = dtype_size(f.act);
+    auto run = [&](const std::vector<int64_t>& tokens) {  // rows of xb, in this order
+      const int64_t T = int64_t(tokens.size());
+      Tensor x = Tensor::host(f.act, {T, H});
+      std::vector<int32_t> e;
+      std::vector<float> ww;
+      for (int64_t i = 0; i < T; ++i) {
+        std::memcpy(static_cast<char*>(x.data()) + size_t(i * H) * es,
+                    static_cast<const char*>(xb.data()) + size_t(tokens[size_t(i)] * H) * es, size_t(H) * es);
+        for (int64_t k = 0; k < K; ++k)
+          e.push_back(ex[size_t(tokens[size_t(i)] * K + k)]), ww.push_back(w[size_t(tokens[size_t(i)] * K + k)]);
+      }
+      Tensor out = ops->empty(f.act, {T, H});
+      ops->moe_experts(ops->upload(x), ops->upload(host_i32(e, {T, K})), ops->upload(host_f32(ww, {T, K})), g, u, d,
+                       out);
+      return ops->download(out);
+    };
+    std::vector<int64_t> all(128), first37(37), some(64), many(512);
+    for (int64_t i = 0; i < 128; ++i) all[size_t(i)] = 127 - i;  // reversed: other rows, other tiles
+    for (int64_t i = 0; i < 37; ++i) first37[size_t(i)] = (i * 5) % 128;
+    for (int64_t i = 0; i < 64; ++i) some[size_t(i)] = (i * 2 + 1) % 128;  // the odd tokens
+    for (int64_t i = 0; i < 512; ++i) many[size_t(i)] = (i * 7 + 3) % 128;  // each token 4 times
+    const Tensor big = run(all), mid = run(first37), odd = run(some), huge = run(many);
+    for (int64_t tok : {int64_t(0), int64_t(5), int64_t(90), int64_t(127)}) {
+      SCOPED_TRACE(fmt::format("token {}", tok));
+      const Tensor alone = run({tok});
+      const char* a = static_cast<const char*>(alone.data());
+      EXPECT_EQ(std::memcmp(a, static_cast<const char*>(big.data()) + size_t((127 - tok) * H) * es, size_t(H) * es), 0)
+          << "inside the T = 128 batch";
+      for (int64_t i = 0; i < 37; ++i)
+        if (first37[size_t(i)] == tok)
+          EXPECT_EQ(std::memcmp(a, static_cast<const char*>(mid.data()) + size_t(i * H) * es, size_t(H) * es), 0)
+              << "inside the T = 37 batch";
+      for (int64_t i = 0; i < 64; ++i)
+        if (some[size_t(i)] == tok)
+          EXPECT_EQ(std::memcmp(a, static_cast<const char*>(odd.data()) + size_t(i * H) * es, size_t(H) * es), 0)
+              << "inside the T = 64 batch";
+      for (int64_t i = 0; i < 512; ++i)
+        if (many[size_t(i)] == tok)
+          EXPECT_EQ(std::memcmp(a, static_cast<const char*>(huge.data()) + size_t(i * H) * es, size_t(H) * es), 0)
+              << "inside the T = 512 batch, row " << i;
     }
-    Tensor out = ops->empty(f.act, {T, H});
-    ops->moe_experts(ops->upload(x), ops->upload(host_i32(e, {T, K})), ops->upload(host_f32(ww, {T, K})), g, u, d, out);
-    return ops->download(out);
-  };
-  std::vector<int64_t> all(128), first37(37), some(64), many(512);
-  for (int64_t i = 0; i < 128; ++i) all[size_t(i)] = 127 - i;  // reversed: other rows, other tiles
-  for (int64_t i = 0; i < 37; ++i) first37[size_t(i)] = (i * 5) % 128;
-  for (int64_t i = 0; i < 64; ++i) some[size_t(i)] = (i * 2 + 1) % 128;  // the odd tokens
-  for (int64_t i = 0; i < 512; ++i) many[size_t(i)] = (i * 7 + 3) % 128;  // each token 4 times
-  const Tensor big = run(all), mid = run(first37), odd = run(some), huge = run(many);
-  for (int64_t tok : {int64_t(0), int64_t(5), int64_t(90), int64_t(127)}) {
-    SCOPED_TRACE(fmt::format("token {}", tok));
-    const Tensor alone = run({tok});
-    const char* a = static_cast<const char*>(alone.data());
-    EXPECT_EQ(std::memcmp(a, static_cast<const char*>(big.data()) + size_t((127 - tok) * H) * es, size_t(H) * es), 0)
-        << "inside the T = 128 batch";
-    for (int64_t i = 0; i < 37; ++i)
-      if (first37[size_t(i)] == tok)
-        EXPECT_EQ(std::memcmp(a, static_cast<const char*>(mid.data()) + size_t(i * H) * es, size_t(H) * es), 0)
-            << "inside the T = 37 batch";
-    for (int64_t i = 0; i < 64; ++i)
-      if (some[size_t(i)] == tok)
-        EXPECT_EQ(std::memcmp(a, static_cast<const char*>(odd.data()) + size_t(i * H) * es, size_t(H) * es), 0)
-            << "inside the T = 64 batch";
-    for (int64_t i = 0; i < 512; ++i)
-      if (many[size_t(i)] == tok)
-        EXPECT_EQ(std::memcmp(a, static_cast<const char*>(huge.data()) + size_t(i * H) * es, size_t(H) * es), 0)
-            << "inside the T = 512 batch, row " << i;
   }
 }
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "platform/cuda/mla_decode_launch.h"
+#include "platform/gpu/launch.cuh"
 #include "platform/cuda/mla_decode_tile.cuh"
 #include "platform/cuda/sm90.cuh"
 
@@ -188,6 +189,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
   const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31;
   const int split = blockIdx.y, H = p.H;
   pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
+  pdl_wait();  // launched by gpu::launch: every kernel before it in the stream has completed
   CtaWork cw;
   if (!cta_work(p, N, cw)) return;
   const auto [q_len, rows, row0, k_len, q_start, slots, t_begin, t_end] = cw;
@@ -397,7 +399,7 @@ void launch(const KParams& kp, dim3 grid, cudaStream_t stream) {
   auto* fn = mla_narrow_kernel<N, kFp8>;
   static bool smem_set[64] = {};
   set_smem_limit_once(fn, NarrowSmem<N, kFp8>::kBytes, smem_set);
-  fn<<<grid, kNarrowThreads, NarrowSmem<N, kFp8>::kBytes, stream>>>(kp);
+  gpu::launch(fn, grid, kNarrowThreads, NarrowSmem<N, kFp8>::kBytes, stream, kp);
 }
 
 }  // namespace

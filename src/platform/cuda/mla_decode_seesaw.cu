@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "platform/cuda/mla_decode_launch.h"
+#include "platform/gpu/launch.cuh"
 #include "platform/cuda/mla_decode_tile.cuh"
 #include "platform/cuda/sm90.cuh"
 
@@ -333,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const int tid = threadIdx.x, wg = tid >> 7;
   pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
+  pdl_wait();  // launched by gpu::launch: every kernel before it in the stream has completed
   CtaWork cw;
   if (!cta_work(p, kRows, cw)) return;
   Seesaw<kFp8> ss{p, cw};
@@ -436,10 +438,10 @@ void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8) 
   static bool smem_set[2][64] = {};
   if (fp8) {
     set_smem_limit_once(mla_seesaw_kernel<true>, kSmemBytes, smem_set[1]);
-    mla_seesaw_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(kp);
+    gpu::launch(mla_seesaw_kernel<true>, grid, kThreads, kSmemBytes, stream, kp);
   } else {
     set_smem_limit_once(mla_seesaw_kernel<false>, kSmemBytes, smem_set[0]);
-    mla_seesaw_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(kp);
+    gpu::launch(mla_seesaw_kernel<false>, grid, kThreads, kSmemBytes, stream, kp);
   }
 }
 

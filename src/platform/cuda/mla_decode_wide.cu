@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "platform/cuda/mla_decode_launch.h"
+#include "platform/gpu/launch.cuh"
 #include "platform/cuda/mla_decode_tile.cuh"
 #include "platform/cuda/sm90.cuh"
 
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wide_kernel(const KParams p) 
 
   const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
   pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
+  pdl_wait();  // launched by gpu::launch: every kernel before it in the stream has completed
   CtaWork cw;
   if (!cta_work(p, kRows, cw)) return;
   const int k_len = cw.k_len, t_begin = cw.t_begin, t_end = cw.t_end;
@@ -211,7 +213,7 @@ void launch(const KParams& kp, dim3 grid, cudaStream_t stream) {
   auto* fn = mla_wide_kernel<kWgS, kWgPV, kFp8>;
   static bool smem_set[64] = {};
   set_smem_limit_once(fn, kSmemBytes, smem_set);
-  fn<<<grid, kThreads, kSmemBytes, stream>>>(kp);
+  gpu::launch(fn, grid, kThreads, kSmemBytes, stream, kp);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "platform/cuda/sm90.cuh"
 #include "platform/cuda/sm90_host.h"
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/launch.cuh"
 
 namespace mla::cuda {
 namespace {
@@ -30,21 +31,25 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
 
 constexpr int kBN = 64, kBK = 64, kThreads = 128;  // 4 warps × 16 columns
 
-template <int BM, bool kGated, int kStages>
+// kSub: 64-wide reduction blocks a stage holds (each 128B-swizzled on its own), so a stage reads
+// kSub · 128 contiguous bytes of each weight row.
+template <int BM, bool kGated, int kStages, int kSub>
 constexpr int smem_bytes() {
-  return kStages * (BM + (kGated ? 2 : 1) * kBN) * kBK * 2;
+  return kStages * (BM + (kGated ? 2 : 1) * kBN) * kBK * kSub * 2;
 }
 
 // A: the activations (x by token for gate/up, h by plan row for down); W0 (and W1 = up): [E, N, Kd].
-template <int BM, bool kGated, int kStages>
+template <int BM, bool kGated, int kStages, int kSub>
 __global__ void __launch_bounds__(kThreads) moe_gemm_k(const __nv_bfloat16* a, int topk, gpu::MoePlan plan,
                                                        const __nv_bfloat16* w0, const __nv_bfloat16* w1, int N, int Kd,
                                                        __nv_bfloat16* out) {
+  gpu::pdl_enter();
   const int tile = blockIdx.x;
   if (tile >= *plan.num_tiles) return;
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kB = kGated ? 2 : 1;
-  constexpr int kStageBytes = (BM + kB * kBN) * kBK * 2;
+  constexpr int kStageK = kBK * kSub;  // reduction columns a stage
+  constexpr int kStageBytes = (BM + kB * kBN) * kStageK * 2;
   const uint32_t s0 = smem_u32(smem);
   const int e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
   const int nrows = min(BM, plan.offsets[e + 1] - r0);
@@ -52,40 +57,43 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_k(const __nv_bfloat16* a, i
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   // This thread's A rows (at most BM·8 chunks / 128 threads of them) and their sources.
-  constexpr int kAChunks = BM * 8 / kThreads > 0 ? BM * 8 / kThreads : 1;
+  constexpr int kRowChunks = 8 * kSub;  // 16-byte chunks of a row in a stage
+  constexpr int kAChunks = BM * kRowChunks / kThreads > 0 ? BM * kRowChunks / kThreads : 1;
   const __nv_bfloat16* asrc[kAChunks];
   bool aok[kAChunks];
 #pragma unroll
   for (int i = 0; i < kAChunks; ++i) {
-    const int idx = tid + i * kThreads, r = idx / 8;
-    aok[i] = idx < BM * 8 && r < nrows;
+    const int idx = tid + i * kThreads, r = idx / kRowChunks;
+    aok[i] = idx < BM * kRowChunks && r < nrows;
     const int row = aok[i] ? (kGated ? plan.rows[r0 + r] / topk : r0 + r) : 0;
-    asrc[i] = a + size_t(row) * Kd + (idx % 8) * 8;
+    asrc[i] = a + size_t(row) * Kd + (idx % kRowChunks) * 8;
   }
+  // Chunk c of row r of an operand of R rows: its 64-wide block's own swizzled tile.
+  auto at = [](int R, int r, int c) { return uint32_t((c / 8) * R * 128) + swz128(r, c % 8); };
   const size_t wbase = (size_t(e) * N + n0) * Kd;
   auto load_stage = [&](int stage, int kt) {
     const uint32_t base = s0 + stage * kStageBytes;
-    const int k0 = kt * kBK;
+    const int k0 = kt * kStageK;
 #pragma unroll
     for (int i = 0; i < kAChunks; ++i) {
       const int idx = tid + i * kThreads;
-      if (idx < BM * 8) cp_async(base + swz128(idx / 8, idx % 8), asrc[i] + k0, aok[i]);
+      if (idx < BM * kRowChunks) cp_async(base + at(BM, idx / kRowChunks, idx % kRowChunks), asrc[i] + k0, aok[i]);
     }
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
       const __nv_bfloat16* w = (b == 0 ? w0 : w1) + wbase + k0;
-      const uint32_t bb = base + BM * kBK * 2 + b * kBN * kBK * 2;
+      const uint32_t bb = base + BM * kStageK * 2 + b * kBN * kStageK * 2;
 #pragma unroll
-      for (int i = 0; i < kBN * 8 / kThreads; ++i) {
-        const int idx = tid + i * kThreads, r = idx / 8, c = idx % 8;
-        cp_async(bb + swz128(r, c), w + size_t(r) * Kd + c * 8, true);
+      for (int i = 0; i < kBN * kRowChunks / kThreads; ++i) {
+        const int idx = tid + i * kThreads, r = idx / kRowChunks, c = idx % kRowChunks;
+        cp_async(bb + at(kBN, r, c), w + size_t(r) * Kd + c * 8, true);
       }
     }
   };
 
   constexpr int MT = BM / 16;
   float acc[kB][MT][2][4] = {};
-  const int nk = Kd / kBK;
+  const int nk = Kd / kStageK;
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < nk) load_stage(st, st);
@@ -98,15 +106,17 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_k(const __nv_bfloat16* a, i
     cp_async_commit();
     const uint32_t base = s0 + (kt % kStages) * kStageBytes;
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
+    for (int kk = 0; kk < kStageK / 16; ++kk) {
+      const int k8 = (kk % 4) * 2;  // the k16 step's first chunk in its 64-wide block
       uint32_t af[MT][4];
 #pragma unroll
-      for (int m = 0; m < MT; ++m) ldmatrix_x4(af[m], base + swz128(m * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+      for (int m = 0; m < MT; ++m)
+        ldmatrix_x4(af[m], base + (kk / 4) * BM * 128 + swz128(m * 16 + (lane & 15), k8 + (lane >> 4)));
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
         uint32_t bf[4];
-        const uint32_t bb = base + BM * kBK * 2 + b * kBN * kBK * 2;
-        ldmatrix_x4(bf, bb + swz128(warp * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+        const uint32_t bb = base + BM * kStageK * 2 + b * kBN * kStageK * 2 + (kk / 4) * kBN * 128;
+        ldmatrix_x4(bf, bb + swz128(warp * 16 + (lane & 7) + ((lane >> 4) << 3), k8 + ((lane >> 3) & 1)));
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           mma_bf16(acc[b][m][0], af[m], bf[0], bf[1]);
@@ -137,21 +147,20 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_k(const __nv_bfloat16* a, i
     }
 }
 
-template <int BM, bool kGated, int kStages>
+template <int BM, bool kGated, int kStages, int kSub>
 void launch_stages(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0, const void* w1,
                    int64_t N, int64_t Kd, void* out, cudaStream_t s) {
-  constexpr int smem = smem_bytes<BM, kGated, kStages>();
+  constexpr int smem = smem_bytes<BM, kGated, kStages, kSub>();
   static bool attr = false;  // per instantiation, once
   if (!attr) {
-    MLA_GPU_CHECK(cudaFuncSetAttribute(moe_gemm_k<BM, kGated, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    MLA_GPU_CHECK(cudaFuncSetAttribute(moe_gemm_k<BM, kGated, kStages, kSub>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        smem));
     attr = true;
   }
   const dim3 grid(unsigned(max_tiles), unsigned(N / kBN));
-  moe_gemm_k<BM, kGated, kStages><<<grid, kThreads, smem, s>>>(
-      static_cast<const __nv_bfloat16*>(a), topk, plan, static_cast<const __nv_bfloat16*>(w0),
-      static_cast<const __nv_bfloat16*>(w1), int(N), int(Kd), static_cast<__nv_bfloat16*>(out));
-  MLA_GPU_LAUNCH_CHECK();
+  gpu::launch(moe_gemm_k<BM, kGated, kStages, kSub>, grid, kThreads, smem, s,
+              static_cast<const __nv_bfloat16*>(a), topk, plan, static_cast<const __nv_bfloat16*>(w0),
+              static_cast<const __nv_bfloat16*>(w1), int(N), int(Kd), static_cast<__nv_bfloat16*>(out));
 }
 
 // Four stages, or eight when the grid is at most two blocks an SM (decode at a few tokens: the
@@ -161,10 +170,14 @@ template <int BM, bool kGated>
 void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0, const void* w1,
             int64_t N, int64_t Kd, void* out, cudaStream_t s) {
   if (max_tiles == 0) return;
+  const bool wide = Kd % 128 == 0 && Kd >= 2048;
   if constexpr (BM == 16)
-    if (max_tiles * (N / kBN) <= 2 * int64_t(device_sms()))
-      return launch_stages<BM, kGated, 8>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
-  launch_stages<BM, kGated, 4>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
+    if (max_tiles * (N / kBN) <= 2 * int64_t(device_sms())) {
+      if (wide) return launch_stages<BM, kGated, 4, 2>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
+      return launch_stages<BM, kGated, 8, 1>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
+    }
+  if (wide) return launch_stages<BM, kGated, 2, 2>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
+  launch_stages<BM, kGated, 4, 1>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
 }
 // ==== Body 2: wgmma + TMA (sm_90a), 128-row tiles ============================================
 // 384 threads: warpgroup 0 produces (every thread gathers its activation chunks with cp.async and
@@ -188,6 +201,7 @@ template <bool kGated>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_wgmma_k(const __grid_constant__ CUtensorMap tw0, const __grid_constant__ CUtensorMap tw1, const bf16* a,
                 int topk, gpu::MoePlan plan, int N, int Kd, bf16* out) {
+  gpu::pdl_enter();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kGated>;
   // Blocks go tile by tile, each tile's column slices together: its activation rows are read from
@@ -309,9 +323,8 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
   (void)attr;
   const CUtensorMap t0 = weight_map(w0, E, N, Kd, C::BNW), t1 = kGated ? weight_map(w1, E, N, Kd, C::BNW) : t0;
   const unsigned grid = unsigned(max_tiles * (N / C::BNW));
-  moe_wgmma_k<kGated><<<grid, kThreads, C::kSmemBytes, s>>>(t0, t1, static_cast<const bf16*>(a), topk, plan, int(N),
-                                                             int(Kd), static_cast<bf16*>(out));
-  MLA_GPU_LAUNCH_CHECK();
+  gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, static_cast<const bf16*>(a), topk, plan,
+              int(N), int(Kd), static_cast<bf16*>(out));
 }
 
 bool available() {

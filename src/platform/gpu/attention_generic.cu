@@ -3,15 +3,18 @@
 // tensor-core kernels live in mha_prefill.cu and mla_decode.cu.
 #include "platform/gpu/attend_row.cuh"
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/launch.cuh"
 
 namespace mla::gpu {
 namespace {
 
 using namespace attend;
 
-__global__ void __launch_bounds__(kThreads) mha_generic_k(MhaParams p) { mha_query_block(p, p.elem, 1.f); }
+__global__ void __launch_bounds__(kThreads) mha_generic_k(MhaParams p) {
+  pdl_enter(); mha_query_block(p, p.elem, 1.f); }
 
 __global__ void __launch_bounds__(kThreads) mla_generic_k(MlaParams p) {
+  pdl_enter();
   extern __shared__ float smem[];
   float *q = smem, *scores = smem + p.head_dim, *red = scores + kThreads;
   int64_t t, visible, k0;
@@ -29,15 +32,13 @@ __global__ void __launch_bounds__(kThreads) mla_generic_k(MlaParams p) {
 void mha_attention_generic(const MhaParams& p) {
   if (p.seg.num_requests == 0 || p.seg.max_q_len == 0) return;
   const size_t smem = sizeof(float) * (p.qk_dim + kThreads + 32);
-  mha_generic_k<<<dim3(unsigned(p.seg.max_q_len), unsigned(p.num_heads), unsigned(p.seg.num_requests)), kThreads, smem, p.stream>>>(p);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(mha_generic_k, dim3(unsigned(p.seg.max_q_len), unsigned(p.num_heads), unsigned(p.seg.num_requests)), kThreads, smem, p.stream, p);
 }
 
 void mla_attention_generic(const MlaParams& p) {
   if (p.seg.num_requests == 0 || p.seg.max_q_len == 0) return;
   const size_t smem = sizeof(float) * (p.head_dim + kThreads + 32);
-  mla_generic_k<<<dim3(unsigned(p.seg.max_q_len), unsigned(p.num_heads), unsigned(p.seg.num_requests)), kThreads, smem, p.stream>>>(p);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(mla_generic_k, dim3(unsigned(p.seg.max_q_len), unsigned(p.num_heads), unsigned(p.seg.num_requests)), kThreads, smem, p.stream, p);
 }
 
 }  // namespace mla::gpu

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/launch.cuh"
 #include "mla/random.h"
 #include "platform/gpu/elem.cuh"
 #include "platform/gpu/elementwise.h"
@@ -16,26 +17,31 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void fill_k(void* p, Elem e, size_t n, float v) {
+  pdl_enter();
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) store_elem(p, e, i, v);
 }
 
 __global__ void fill_random_k(void* p, Elem e, size_t n, uint64_t seed, float scale) {
+  pdl_enter();
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) store_elem(p, e, i, hash_normalish(seed, i, scale));
 }
 
 __global__ void convert_k(const void* src, Elem se, void* dst, Elem de, size_t n) {
+  pdl_enter();
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) store_elem(dst, de, i, load_elem(src, se, i));
 }
 
 __global__ void rmsnorm_k(void* x, Elem e, int64_t ld, int64_t n, const void* w, Elem we, float eps) {
+  pdl_enter();
   rmsnorm_row(x, e, size_t(blockIdx.x) * size_t(ld), n, w, we, eps);
 }
 
 __global__ void add_rmsnorm_k(void* h, Elem e, const void* y, Elem ye, void* x, int64_t n, const void* w, Elem we,
                               float eps) {
+  pdl_enter();
   const size_t row = size_t(blockIdx.x) * size_t(n);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {  // the stride rmsnorm_row reads with: no sync
     store_elem(h, e, row + i, load_elem(h, e, row + i) + load_elem(y, ye, row + i));
@@ -47,6 +53,7 @@ __global__ void add_rmsnorm_k(void* h, Elem e, const void* y, Elem ye, void* x, 
 __global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off,
                        const int32_t* pos, const double* inv_freq, int64_t half, double af,
                        bool interleave) {
+  pdl_enter();
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // one (token, pair): its angle once
   if (idx >= size_t(T * half)) return;
   const int64_t i = int64_t(idx % half), t = int64_t(idx / half);
@@ -63,6 +70,7 @@ __global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_d
 
 __global__ void copy_cols_k(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Elem de,
                             int64_t dld, int64_t d0, int64_t M, int64_t n) {
+  pdl_enter();
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= size_t(M * n)) return;
   const int64_t m = int64_t(idx / n), c = int64_t(idx % n);
@@ -72,6 +80,7 @@ __global__ void copy_cols_k(const void* src, Elem se, int64_t sld, int64_t s0, v
 __global__ void build_kv_k(const void* kv, const void* rows, Elem re, int64_t row_dim, Elem e,
                            int64_t S, int64_t H, int64_t L, int64_t dn, int64_t dr, int64_t dv,
                            void* k, void* v) {
+  pdl_enter();
   const int64_t w = dn + dr + dv;  // outputs per (s, h)
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= size_t(S * H * w)) return;
@@ -83,6 +92,7 @@ __global__ void build_kv_k(const void* kv, const void* rows, Elem re, int64_t ro
 
 __global__ void gather_rows_k(const void* table, Elem te, const int32_t* ids, int64_t n, int64_t d,
                               void* out, Elem oe) {
+  pdl_enter();
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= size_t(n * d)) return;
   const int64_t i = int64_t(idx / d), c = int64_t(idx % d);
@@ -92,6 +102,7 @@ __global__ void gather_rows_k(const void* table, Elem te, const int32_t* ids, in
 // One thread per column; entries in order, so repeated rows add deterministically.
 __global__ void scatter_add_rows_k(const void* src, Elem se, const int32_t* rows, const float* w,
                                    int64_t n, int64_t d, void* out, Elem oe) {
+  pdl_enter();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= d) return;
   for (int64_t i = 0; i < n; ++i) {
@@ -101,11 +112,13 @@ __global__ void scatter_add_rows_k(const void* src, Elem se, const int32_t* rows
 }
 
 __global__ void add_k(void* x, Elem xe, const void* y, Elem ye, size_t n) {
+  pdl_enter();
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) store_elem(x, xe, i, load_elem(x, xe, i) + load_elem(y, ye, i));
 }
 
 __global__ void silu_mul_k(const void* g, const void* u, Elem e, void* out, size_t n) {
+  pdl_enter();
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float x = load_elem(g, e, i);
@@ -115,6 +128,7 @@ __global__ void silu_mul_k(const void* g, const void* u, Elem e, void* out, size
 // ---- bf16 fast paths: 8 values (16 bytes) a load; the same per-element math as above ---------
 // Rows of n bf16 values (the chunks a block's threads hold: n ≤ kNormChunks · 8 · kNormThreads).
 __global__ void rmsnorm_bf16x8_k(uint16_t* x, int64_t ld, int64_t n, const void* w, Elem we, float eps) {
+  pdl_enter();
   rmsnorm_row_as_launched(x, Elem::BF16, size_t(blockIdx.x) * size_t(ld), n, w, we, eps, true);
 }
 
@@ -122,6 +136,7 @@ __global__ void rmsnorm_bf16x8_k(uint16_t* x, int64_t ld, int64_t n, const void*
 // by element.
 __global__ void add_rmsnorm_bf16x8_k(void* h, bool h_vec, const void* y, Elem ye, bool y_vec, uint4* x, int64_t n,
                                      const void* w, Elem we, float eps) {
+  pdl_enter();
   const int64_t chunks = n / 8;
   const size_t row = size_t(blockIdx.x) * size_t(chunks);
   float v[kNormChunks][8];
@@ -151,6 +166,7 @@ __global__ void add_rmsnorm_bf16x8_k(void* h, bool h_vec, const void* y, Elem ye
 // build_kv in chunks of 8 (every width a multiple of 8): pure copies.
 __global__ void build_kv_bf16x8_k(const uint4* kv, const uint4* rows, int64_t row8, int64_t S, int64_t H, int64_t L8,
                                   int64_t dn8, int64_t dr8, int64_t dv8, uint4* k, uint4* v) {
+  pdl_enter();
   const int64_t w = dn8 + dr8 + dv8;
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= size_t(S * H * w)) return;
@@ -163,6 +179,7 @@ __global__ void build_kv_bf16x8_k(const uint4* kv, const uint4* rows, int64_t ro
 // out = a + b (kSilu false) or silu(a) · b (true), 8 bf16 values a thread.
 template <bool kSilu>
 __global__ void binary_bf16x8_k(const uint4* x, const uint4* y, uint4* out, size_t n8) {
+  pdl_enter();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n8) return;
   float a[8], b[8];
@@ -185,6 +202,7 @@ __device__ __forceinline__ bool beats(float v, int32_t i, float w, int32_t j) {
 // order does not change the winner.
 constexpr int kArgmaxThreads = 1024;
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_k(const float* x, int64_t V, bool vec, int32_t* out) {
+  pdl_enter();
   const float* row = x + int64_t(blockIdx.x) * V;
   float best = NAN;
   int32_t at = 0x7fffffff;
@@ -223,6 +241,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_k(const float* x, 
 }
 
 __global__ void merge_k(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d) {
+  pdl_enter();
   const int64_t r = blockIdx.x;
   const float sa = lse[r], sb = lseb[r];
   if (sb == -INFINITY) return;  // an empty part is the identity
@@ -238,6 +257,7 @@ __global__ void merge_k(void* o, Elem e, float* lse, const void* ob, const float
 
 __global__ void cache_write_k(const void* rows, Elem re, void* pool, Elem pe, const int32_t* slots,
                               int64_t T, int64_t D, float inv_scale) {
+  pdl_enter();
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= size_t(T * D)) return;
   const int64_t t = int64_t(idx / D), c = int64_t(idx % D);
@@ -246,6 +266,7 @@ __global__ void cache_write_k(const void* rows, Elem re, void* pool, Elem pe, co
 
 __global__ void cache_read_k(const void* pool, Elem pe, const int32_t* slots, int64_t T, int64_t D,
                              float scale, void* rows, Elem re) {
+  pdl_enter();
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= size_t(T * D)) return;
   const int64_t t = int64_t(idx / D), c = int64_t(idx % D);
@@ -254,12 +275,9 @@ __global__ void cache_read_k(const void* pool, Elem pe, const int32_t* slots, in
 
 }  // namespace
 
-#define MLA_LAUNCH(kernel, n, stream, ...)                                                \
-  do {                                                                                    \
-    if ((n) > 0) {                                                                        \
-      kernel<<<blocks_for(size_t(n), kThreads), kThreads, 0, stream>>>(__VA_ARGS__);      \
-      MLA_GPU_LAUNCH_CHECK();                                                            \
-    }                                                                                     \
+#define MLA_LAUNCH(kernel, n, stream, ...) \
+  do {                                       \
+    if ((n) > 0) launch(kernel, blocks_for(size_t(n), kThreads), kThreads, 0, stream, __VA_ARGS__); \
   } while (0)
 
 void fill(void* p, Elem e, size_t n, float v, cudaStream_t s) { MLA_LAUNCH(fill_k, n, s, p, e, n, v); }
@@ -282,20 +300,18 @@ bool norm_rows_vectorized(const void* x, Elem e, int64_t ld, int64_t n) {
 void rmsnorm(void* x, Elem e, int64_t M, int64_t ld, int64_t n, const void* w, Elem we, float eps, cudaStream_t s) {
   if (M == 0) return;
   if (norm_rows_vectorized(x, e, ld, n))
-    rmsnorm_bf16x8_k<<<unsigned(M), kNormThreads, 0, s>>>(static_cast<uint16_t*>(x), ld, n, w, we, eps);
+    launch(rmsnorm_bf16x8_k, unsigned(M), kNormThreads, 0, s, static_cast<uint16_t*>(x), ld, n, w, we, eps);
   else
-    rmsnorm_k<<<unsigned(M), kNormThreads, 0, s>>>(x, e, ld, n, w, we, eps);
-  MLA_GPU_LAUNCH_CHECK();
+    launch(rmsnorm_k, unsigned(M), kNormThreads, 0, s, x, e, ld, n, w, we, eps);
 }
 void add_rmsnorm(void* h, Elem e, const void* y, Elem ye, void* x, int64_t M, int64_t n, const void* w, Elem we,
                  float eps, cudaStream_t s) {
   if (M == 0) return;
   if (norm_rows_vectorized(x, e, n, n))
-    add_rmsnorm_bf16x8_k<<<unsigned(M), kNormThreads, 0, s>>>(h, aligned16(h), y, ye, ye == Elem::BF16 && aligned16(y),
+    launch(add_rmsnorm_bf16x8_k, unsigned(M), kNormThreads, 0, s, h, aligned16(h), y, ye, ye == Elem::BF16 && aligned16(y),
                                                           static_cast<uint4*>(x), n, w, we, eps);
   else
-    add_rmsnorm_k<<<unsigned(M), kNormThreads, 0, s>>>(h, e, y, ye, x, n, w, we, eps);
-  MLA_GPU_LAUNCH_CHECK();
+    launch(add_rmsnorm_k, unsigned(M), kNormThreads, 0, s, h, e, y, ye, x, n, w, we, eps);
 }
 void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t off, const int32_t* positions,
           const double* inv_freq, int64_t half, double af, bool interleave, cudaStream_t s) {
@@ -333,8 +349,7 @@ void add(void* x, Elem xe, const void* y, Elem ye, size_t n, cudaStream_t s) {
 }
 void argmax_rows(const float* x, int64_t R, int64_t V, int32_t* out, cudaStream_t s) {
   if (R == 0) return;
-  argmax_rows_k<<<unsigned(R), kArgmaxThreads, 0, s>>>(x, V, V % 4 == 0 && aligned16(x), out);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(argmax_rows_k, unsigned(R), kArgmaxThreads, 0, s, x, V, V % 4 == 0 && aligned16(x), out);
 }
 void silu_mul(const void* g, const void* u, Elem e, void* out, size_t n, cudaStream_t s) {
   if (e == Elem::BF16 && n % 8 == 0 && aligned16(g) && aligned16(u) && aligned16(out))
@@ -345,8 +360,7 @@ void silu_mul(const void* g, const void* u, Elem e, void* out, size_t n, cudaStr
 }
 void merge(void* o, Elem e, float* lse, const void* ob, const float* lseb, int64_t n, int64_t d, cudaStream_t s) {
   if (n == 0) return;
-  merge_k<<<unsigned(n), 128, 0, s>>>(o, e, lse, ob, lseb, n, d);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(merge_k, unsigned(n), 128, 0, s, o, e, lse, ob, lseb, n, d);
 }
 void cache_write(const void* rows, Elem re, void* pool, Elem pe, const int32_t* slots, int64_t T, int64_t D,
                  float scale, cudaStream_t s) {

@@ -3,6 +3,7 @@
 // on the row's k_pe, and the row written to the pool. A block per token; each piece is the device
 // code of the kernel it replaces (rmsnorm, rope, cache_write), so the bits are theirs.
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/launch.cuh"
 #include "platform/gpu/latent.h"
 #include "platform/gpu/norm.cuh"
 #include "platform/gpu/rope.cuh"
@@ -11,6 +12,7 @@ namespace mla::gpu {
 namespace {
 
 __global__ void __launch_bounds__(kNormThreads) latent_finish_k(LatentFinishParams p) {
+  pdl_enter();
   __shared__ float cs[2][kNormThreads];  // this token's cos / sin of each rotated pair
   const int64_t t = blockIdx.x, half = p.half;
   const size_t row = size_t(t) * size_t(p.row_dim);
@@ -42,8 +44,7 @@ bool latent_finish_fits(int64_t half) { return half >= 0 && half <= kNormThreads
 
 void latent_finish(const LatentFinishParams& p, cudaStream_t s) {
   if (p.T == 0) return;
-  latent_finish_k<<<unsigned(p.T), kNormThreads, 0, s>>>(p);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(latent_finish_k, unsigned(p.T), kNormThreads, 0, s, p);
 }
 
 }  // namespace mla::gpu

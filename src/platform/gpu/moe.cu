@@ -10,6 +10,7 @@
 
 #include "platform/gpu/elem.cuh"
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/launch.cuh"
 #include "platform/gpu/moe.h"
 #include "platform/gpu/norm.cuh"
 
@@ -123,6 +124,7 @@ __device__ void route_token(const MoeRouteParams& p, int t, const float* l, doub
 }
 
 __global__ void moe_route_k(MoeRouteParams p) {
+  pdl_enter();
   extern __shared__ double sm[];
   route_token(p, blockIdx.x, p.logits + size_t(blockIdx.x) * p.E, sm);
 }
@@ -139,6 +141,7 @@ __device__ __forceinline__ float dot4(const float (&a)[4], float4 b) {
 // zero for the next launch.
 __global__ void __launch_bounds__(kRouteThreads)
     moe_router_k(const void* x, Elem xe, const float* w, int hidden, bool vec, MoeRouteParams p, unsigned* done) {
+  pdl_enter();
   extern __shared__ double sm[];
   __shared__ bool last;
   const int t = blockIdx.x, e = blockIdx.y;
@@ -195,6 +198,7 @@ static_assert(kRouteThreads == 256 && kLogitTile <= kRouteThreads, "block_sum's 
 template <bool kBf16>
 __global__ void __launch_bounds__(kRouteThreads)
     moe_logits_k(const void* x, const float* w, int hidden, int T, int E, float* logits) {
+  pdl_enter();
   using XChunk = std::conditional_t<kBf16, uint2, float4>;  // 4 values of x
   __shared__ float part[kLogitTile][kRouteThreads / 32];
   const int v = threadIdx.x, lane = v & 31;
@@ -253,6 +257,7 @@ static_assert(kAlignThreads >= kMoeMaxExperts, "moe_align_k takes a thread per e
 // scans over the experts, a thread each), its tiles, then each slot's row. The tiles come out in
 // expert order, as a pass over the experts in order would write them.
 __global__ void __launch_bounds__(kAlignThreads) moe_align_k(const int32_t* expert, int n, int E, int bm, MoePlan plan) {
+  pdl_enter();
   extern __shared__ int cnt[];  // [E] counts, [E] row ends then cursors, [E] tile ends
   int* rows = cnt + E;
   int* tiles = rows + E;
@@ -302,6 +307,7 @@ constexpr int kGenCols = kGenN * kMoeGenericRows / kGenThreads;  // columns per 
 template <bool kGated>
 __global__ void moe_gemm_generic_k(const void* a, Elem ae, int topk, MoePlan plan, const void* w0, const void* w1,
                                    Elem we, int64_t N, int64_t Kd, void* out, Elem oe) {
+  pdl_enter();
   const int tile = blockIdx.x;
   if (tile >= *plan.num_tiles) return;
   constexpr int BM = kMoeGenericRows;
@@ -356,6 +362,7 @@ __global__ void moe_gemm_generic_k(const void* a, Elem ae, int topk, MoePlan pla
 
 __global__ void moe_combine_k(const void* y, Elem ye, const int32_t* pos, const float* weight, int64_t T, int K,
                               int64_t hidden, void* out, Elem oe) {
+  pdl_enter();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(T * hidden)) return;
   const int64_t t = int64_t(i / hidden), c = int64_t(i % hidden);
@@ -370,6 +377,7 @@ __global__ void moe_combine_k(const void* y, Elem ye, const int32_t* pos, const 
 // The same sums for bf16 y and out, 8 columns a thread (16-byte loads and stores).
 __global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const float* weight, int64_t T, int K,
                                      int64_t hidden8, uint4* out) {
+  pdl_enter();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(T * hidden8)) return;
   const int64_t t = int64_t(i / hidden8), c = int64_t(i % hidden8);
@@ -390,8 +398,7 @@ __global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const f
 
 void moe_route(const MoeRouteParams& p, cudaStream_t s) {
   if (p.T == 0) return;
-  moe_route_k<<<p.T, kRouteThreads, route_smem_bytes(p), s>>>(p);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(moe_route_k, p.T, kRouteThreads, route_smem_bytes(p), s, p);
 }
 
 void moe_router(const void* x, Elem xe, const float* w, int64_t hidden, const MoeRouteParams& p, unsigned* done,
@@ -400,8 +407,7 @@ void moe_router(const void* x, Elem xe, const float* w, int64_t hidden, const Mo
   const bool vec = hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0;
   const size_t smem = route_smem_bytes(p) + sizeof(float) * size_t(p.E);
   const dim3 grid(unsigned(p.T), unsigned(p.E));
-  moe_router_k<<<grid, kRouteThreads, smem, s>>>(x, xe, w, int(hidden), vec, p, done);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(moe_router_k, grid, kRouteThreads, smem, s, x, xe, w, int(hidden), vec, p, done);
 }
 
 bool moe_logits_fits(const void* x, Elem xe, const float* w, int64_t hidden) {
@@ -413,9 +419,8 @@ void moe_logits(const void* x, Elem xe, const float* w, int64_t hidden, int64_t 
                 cudaStream_t s) {
   if (T == 0) return;
   const dim3 grid(unsigned((T + kLogitTokens - 1) / kLogitTokens), unsigned((E + kLogitExperts - 1) / kLogitExperts));
-  if (xe == Elem::BF16) moe_logits_k<true><<<grid, kRouteThreads, 0, s>>>(x, w, int(hidden), int(T), int(E), logits);
-  else moe_logits_k<false><<<grid, kRouteThreads, 0, s>>>(x, w, int(hidden), int(T), int(E), logits);
-  MLA_GPU_LAUNCH_CHECK();
+  if (xe == Elem::BF16) launch(moe_logits_k<true>, grid, kRouteThreads, 0, s, x, w, int(hidden), int(T), int(E), logits);
+  else launch(moe_logits_k<false>, grid, kRouteThreads, 0, s, x, w, int(hidden), int(T), int(E), logits);
 }
 
 MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
@@ -433,24 +438,21 @@ void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& p
   // take a block of E threads, whose scans and barriers are shorter than 1024 threads'.
   const int64_t want = std::max<int64_t>(E, std::min<int64_t>(n, kAlignThreads));
   const unsigned threads = unsigned((want + 31) / 32 * 32);
-  moe_align_k<<<1, threads, sizeof(int) * size_t(3 * E), s>>>(expert, int(n), E, bm, plan);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(moe_align_k, 1, threads, sizeof(int) * size_t(3 * E), s, expert, int(n), E, bm, plan);
 }
 
 void moe_gate_up_generic(const void* x, Elem xe, int topk, const MoePlan& plan, int64_t max_tiles, const void* gate,
                          const void* up, Elem we, int64_t I, int64_t hidden, void* h, Elem he, cudaStream_t s) {
   if (max_tiles == 0 || I == 0) return;
   const dim3 grid(unsigned(max_tiles), unsigned((I + kGenN - 1) / kGenN));
-  moe_gemm_generic_k<true><<<grid, kGenThreads, 0, s>>>(x, xe, topk, plan, gate, up, we, I, hidden, h, he);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(moe_gemm_generic_k<true>, grid, kGenThreads, 0, s, x, xe, topk, plan, gate, up, we, I, hidden, h, he);
 }
 
 void moe_down_generic(const void* h, Elem he, const MoePlan& plan, int64_t max_tiles, const void* down, Elem we,
                       int64_t I, int64_t hidden, void* y, Elem ye, cudaStream_t s) {
   if (max_tiles == 0 || hidden == 0) return;
   const dim3 grid(unsigned(max_tiles), unsigned((hidden + kGenN - 1) / kGenN));
-  moe_gemm_generic_k<false><<<grid, kGenThreads, 0, s>>>(h, he, 1, plan, down, nullptr, we, hidden, I, y, ye);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(moe_gemm_generic_k<false>, grid, kGenThreads, 0, s, h, he, 1, plan, down, nullptr, we, hidden, I, y, ye);
 }
 
 void moe_combine(const void* y, Elem ye, const int32_t* pos, const float* weight, int64_t T, int64_t K, int64_t hidden,
@@ -459,11 +461,10 @@ void moe_combine(const void* y, Elem ye, const int32_t* pos, const float* weight
   if (n == 0) return;
   const bool aligned = ((reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
   if (ye == Elem::BF16 && oe == Elem::BF16 && hidden % 8 == 0 && aligned)
-    moe_combine_bf16x8_k<<<blocks_for(n / 8, 256), 256, 0, s>>>(static_cast<const uint4*>(y), pos, weight, T, int(K),
+    launch(moe_combine_bf16x8_k, blocks_for(n / 8, 256), 256, 0, s, static_cast<const uint4*>(y), pos, weight, T, int(K),
                                                                 hidden / 8, static_cast<uint4*>(out));
   else
-    moe_combine_k<<<blocks_for(n, 256), 256, 0, s>>>(y, ye, pos, weight, T, int(K), hidden, out, oe);
-  MLA_GPU_LAUNCH_CHECK();
+    launch(moe_combine_k, blocks_for(n, 256), 256, 0, s, y, ye, pos, weight, T, int(K), hidden, out, oe);
 }
 
 }  // namespace mla::gpu

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/launch.cuh"
 #include "platform/gpu/sampling.h"
 
 namespace mla::gpu {
@@ -235,6 +236,7 @@ __device__ Found select(const Row& r, Lim L, Mode m, double target, Smem& sm) {
 }
 
 __global__ void __launch_bounds__(kThreads) sample_rows_k(const float* x, int64_t V, const double* params, int32_t* out) {
+  pdl_enter();
   __shared__ Smem sm;
   const double* p = params + int64_t(blockIdx.x) * kSampleParams;
   const double t = p[0], top_p = p[1], min_p = p[2], u = p[3];
@@ -291,8 +293,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_k(const float* x, int64_
 
 void sample_rows(const float* x, int64_t R, int64_t V, const double* params, int32_t* out, cudaStream_t s) {
   if (R == 0) return;
-  sample_rows_k<<<unsigned(R), kThreads, 0, s>>>(x, V, params, out);
-  MLA_GPU_LAUNCH_CHECK();
+  launch(sample_rows_k, unsigned(R), kThreads, 0, s, x, V, params, out);
 }
 
 }  // namespace mla::gpu
