@@ -6,6 +6,7 @@
 
 #include "mla/error.h"
 #include "mla/platform_ops.h"
+#include "platform/cuda/absorb.h"
 #include "platform/cuda/activity.h"
 #include "platform/cuda/cuda_check.h"
 #include "platform/cuda/mha_prefill.h"
@@ -119,6 +120,9 @@ class CudaOps final : public GpuOps {
     const int64_t H = w_kc.dim(0), L = w_kc.dim(2), T = q.numel() / (H * (dn + dr));
     expect(w_kc.dim(1) == dn && q_mla.numel() == T * H * (L + dr), "absorb_q", "shape");
     if (T == 0) return;
+    if (q.dtype() == DType::BF16 && w_kc.dtype() == DType::BF16 && q_mla.dtype() == DType::BF16 &&
+        absorb_q_fast_supports(T, dn, dr, L, q.data(), w_kc.data(), q_mla.data()))
+      return absorb_q_fast(q.data(), w_kc.data(), T, H, dn, dr, L, q_mla.data(), stream());
     const float one = 1.f, zero = 0.f;
     MLA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas(), CUBLAS_OP_N, CUBLAS_OP_N, int(L), int(T), int(dn), &one, w_kc.data(), blas_type(w_kc.dtype()), int(L),
@@ -132,6 +136,9 @@ class CudaOps final : public GpuOps {
     const int64_t H = w_vc.dim(0), dv = w_vc.dim(1), L = w_vc.dim(2), T = o_lat.numel() / (H * L);
     expect(o.numel() == T * H * dv, "absorb_o", "shape");
     if (T == 0) return;
+    if (o_lat.dtype() == DType::BF16 && w_vc.dtype() == DType::BF16 && o.dtype() == DType::BF16 &&
+        absorb_o_fast_supports(T, dv, L, o_lat.data(), w_vc.data(), o.data()))
+      return absorb_o_fast(o_lat.data(), w_vc.data(), T, H, o.data(), stream());
     const float one = 1.f, zero = 0.f;
     MLA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas(), CUBLAS_OP_T, CUBLAS_OP_N, int(dv), int(T), int(L), &one, w_vc.data(), blas_type(w_vc.dtype()), int(L),
