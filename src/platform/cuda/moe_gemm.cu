@@ -164,8 +164,11 @@ void launch_stages(const void* a, int topk, const gpu::MoePlan& plan, int64_t ma
 }
 
 // Four stages, or eight when the grid is at most two blocks an SM (decode at a few tokens: the
-// weights stream through few blocks, which need more bytes in flight each). The stage count does
-// not change a sum's order.
+// weights stream through few blocks, which need more bytes in flight each); 128-wide stages, half
+// as many, when the reduction is a multiple of 128 and at least 2048 (each weight row read 256
+// bytes at a time: V2-Lite decode −1.3 % at b1, −2 % at b8–b128 on the H200; at a reduction of 1408
+// the down GEMM lost 9 % at b1 with them, and 8 or 6 of them at small grids lost too). Neither the
+// stage count nor the width changes a sum's order.
 template <int BM, bool kGated>
 void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0, const void* w1,
             int64_t N, int64_t Kd, void* out, cudaStream_t s) {
