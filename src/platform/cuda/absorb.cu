@@ -136,14 +136,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 bool absorb_q_fast_supports(int64_t T, int64_t dn, int64_t dr, int64_t L, const void* q, const void* w_kc,
                             const void* q_mla) {
-  return T <= kAbsorbFastTokens && dn == kDn && dr >= 0 && dr % 8 == 0 && L > 0 && L % kCols == 0 && aligned16(q) && aligned16(w_kc) &&
-         aligned16(q_mla);
+  return T <= kAbsorbFastTokens && dn == kDn && dr >= 0 && dr % 8 == 0 && L > 0 && L % kCols == 0 &&
+         gpu::aligned16(q) && gpu::aligned16(w_kc) && gpu::aligned16(q_mla);
 }
 
 void absorb_q_fast(const void* q, const void* w_kc, int64_t T, int64_t H, int64_t dn, int64_t dr, int64_t L,
@@ -157,7 +155,8 @@ void absorb_q_fast(const void* q, const void* w_kc, int64_t T, int64_t H, int64_
 }
 
 bool absorb_o_fast_supports(int64_t T, int64_t dv, int64_t L, const void* o_lat, const void* w_vc, const void* o) {
-  return T <= kAbsorbFastTokens && dv == kDv && L == kL && aligned16(o_lat) && aligned16(w_vc) && aligned16(o);
+  return T <= kAbsorbFastTokens && dv == kDv && L == kL && gpu::aligned16(o_lat) && gpu::aligned16(w_vc) &&
+         gpu::aligned16(o);
 }
 
 void absorb_o_fast(const void* o_lat, const void* w_vc, int64_t T, int64_t H, void* o, cudaStream_t s) {

@@ -650,8 +650,6 @@ bool dispatch_dims(int qk, int dv, F&& f) {
   return false;
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
-
 // The sm_90a body numbers its blocks (requests × heads × 128-row query tiles, empty ones of short
 // requests included) in an int, and the persistent grid counts them in p.sched's ints.
 bool wgmma_blocks_fit(const MhaParams& p) {
@@ -663,7 +661,7 @@ bool wgmma_blocks_fit(const MhaParams& p) {
 
 bool mha_fast_supports(const MhaParams& p) {
   if (p.elem != Elem::BF16 || p.num_heads <= 0) return false;
-  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) return false;
+  if (!gpu::aligned16(p.q) || !gpu::aligned16(p.k) || !gpu::aligned16(p.v) || !gpu::aligned16(p.o)) return false;
   return dispatch_dims(p.qk_dim, p.v_dim, [](auto, auto) {});
 }
 

@@ -287,9 +287,6 @@ void fill_random(void* p, Elem e, size_t n, uint64_t seed, float scale, cudaStre
 void convert(const void* src, Elem se, void* dst, Elem de, size_t n, cudaStream_t s) {
   MLA_LAUNCH(convert_k, n, s, src, se, dst, de, n);
 }
-namespace {
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-}  // namespace
 
 // Rows of n bf16 values every ld, starting 16-byte aligned, that one block holds as chunks of 8.
 // rmsnorm and add_rmsnorm choose alike (on x), so add_rmsnorm keeps add + rmsnorm's bits.

@@ -2,6 +2,7 @@
 // CUDA's names; a HIP build (MLA_HIP, set by the ROCm build) maps them to HIP's. Nothing else in
 // the shared code knows which runtime it is built for.
 #pragma once
+#include <cstdint>
 #include <type_traits>
 
 #if defined(MLA_HIP)
@@ -49,6 +50,9 @@
 #endif
 
 namespace mla::gpu {
+
+// Whether a pointer is 16-byte aligned (the vector paths' 16-byte loads and cp.async need it).
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // What a stream handle points to (CUstream_st on CUDA, ihipStream_t on HIP).
 using StreamObject = std::remove_pointer_t<cudaStream_t>;
