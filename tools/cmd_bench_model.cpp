@@ -230,7 +230,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
   sub->add_option("--sample-vocab", o->sample_vocab,
                   "with --temperature: vocabulary sizes of the sample_rows timing, comma-separated (default: the model's)");
   sub->add_flag("--activity", o->activity,
-                "record one more decode step of each batch with the device's own activity record (CUPTI on "
+                "record one more step of each decode batch and prefill with the device's own activity record (CUPTI on "
                 "CUDA): kernels, their busy time and the idle gaps between them");
   sub->add_flag("--overlap", o->overlap,
                 "decode a step ahead (Engine::decode_launch): step N + 1 is planned and issued before step N's "
@@ -445,28 +445,40 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     }
     for (const auto& [R, N] : prefills) {
       std::vector<double> times;
-      for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up; the last, untimed, reads the timeline
-        if (rep == 3) ops.set_timeline(true);
+      nlohmann::json activity;
+      double device_ms = 0;
+      std::map<std::string, double> sections;
+      // The first is a warm-up; rep 3, untimed, reads the timeline; rep 4 (--activity) is recorded.
+      for (int rep = 0; rep < (o->activity ? 5 : 4); ++rep) {
+        ops.set_timeline(rep == 3);
         std::vector<StepRequest> reqs;
         for (int64_t r = 0; r < R; ++r) reqs.push_back({RequestId(r + 1), random_ids(N)});
+        if (rep == 4) ops.activity_begin();
         const auto t0 = Clock::now();
         e.step(ForwardMode::EXTEND, reqs, true, true);
         const double t = seconds_since(t0);
+        if (rep == 4) activity = activity_summary(ops.activity_end());
+        if (rep == 3) std::tie(device_ms, sections) = read_sections();
         if (rep > 0 && rep < 3) times.push_back(t);
         for (int64_t r = 0; r < R; ++r) e.release(RequestId(r + 1));
       }
-      const auto [device_ms, sections] = read_sections();
       const double t = median(times), n = double(N), tokens = double(R * N);
-      const double flops = double(R) * (2.0 * k.params_per_token * n + n * n / 2 * double(c.num_hidden_layers) *
-                                                 double(c.attn.num_attention_heads / s.lm.model->tp_size()) * 2.0 *
-                                                 double(c.attn.qk_head_dim() + c.attn.v_head_dim));
+      // Every token through every layer; the LM head for the last token of each request only (the
+      // step's logits are those rows).
+      const double lm_head = k.vocab_rows * double(c.hidden_size());
+      const double flops = double(R) * (2.0 * (k.params_per_token - lm_head) * n + 2.0 * lm_head +
+                                        n * n / 2 * double(c.num_hidden_layers) *
+                                            double(c.attn.num_attention_heads / s.lm.model->tp_size()) * 2.0 *
+                                            double(c.attn.qk_head_dim() + c.attn.v_head_dim));
       const double roof = std::max(flops / ceil.gemm_flop_s, k.weight_bytes / ceil.copy_bytes_s);
       out["rows"].push_back({{"kind", "prefill"}, {"requests", R}, {"tokens", N}, {"ms", t * 1e3},
                              {"tokens_per_s", tokens / t}, {"GFLOP", flops / 1e9}, {"roofline_ms", roof * 1e3},
                              {"x_roofline", t / roof}, {"device_ms", device_ms}, {"sections_ms", sections}});
+      if (o->activity) out["rows"].back()["activity"] = activity;
       std::fprintf(stderr, "  prefill %ld x %ld tokens: %8.2f ms (%.0f tok/s)   roofline %.2f ms (%.0f GFLOP)  %.2fx\n",
                    long(R), long(N), t * 1e3, tokens / t, roof * 1e3, flops / 1e9, t / roof);
       print_sections(device_ms, sections, t);
+      if (o->activity) print_activity(activity);
     }
     std::printf("%s\n", out.dump(2).c_str());
     rc = 0;
