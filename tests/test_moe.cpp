@@ -11,6 +11,7 @@
 #include <random>
 
 #include "mla/error.h"
+#include "mla/fp_formats.h"
 #include "mla/moe.h"
 #include "mla/platform.h"
 #include "mla/platform_ops.h"
@@ -132,28 +133,37 @@ TEST_P(MoeRoute, SameChoiceAsTheHostRouter) {
 // and moe_route beyond): the logits within f32 summation error of an f64 dot product, the choice
 // exactly route_tokens' of those logits, a row's logits the same bits alone as in a batch of any
 // size up to 64 on the GPUs, and the fused launch's counters back at zero (every later call routes
-// too).
+// too). With bf16 activations the router is also bf16 (as the model holds it then): its logits are
+// the bits of an f32 router holding the same values, wherever one path serves both (the GPUs' own
+// kernels up to 256 tokens, the CPU everywhere).
 TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
   MLA_OPS_OR_SKIP(ops, GetParam());
   const int64_t H = 2048;
   const bool gpu = GetParam().platform != Platform::CPU;
+  std::vector<DType> router_dtypes{DType::F32};
+  if (ops->act_dtype() == DType::BF16) router_dtypes.push_back(DType::BF16);
+  for (const DType rd : router_dtypes)
   for (const RouteCase& c : route_cases()) {
     const int64_t E = c.r.n_routed_experts, K = c.r.num_experts_per_tok;
     std::mt19937 g(11);
     std::uniform_int_distribution<int> q(-127, 127);  // x exact in bf16
     std::normal_distribution<float> n(0.f, 0.05f);
     std::vector<float> router(size_t(E * H)), bias;
-    for (float& v : router) v = n(g);
+    for (float& v : router) v = rd == DType::BF16 ? fp::bf16_decode(fp::bf16_encode(n(g))) : n(g);
     if (c.bias)
       for (int64_t e = 0; e < E; ++e) bias.push_back(float(q(g)) / 512.f);
-    Tensor dr = ops->upload(host_f32(router, {E, H}));
+    Tensor dr32 = ops->upload(host_f32(router, {E, H})), dr = dr32;
+    if (rd == DType::BF16) {
+      dr = ops->empty(DType::BF16, {E, H});
+      ops->copy(dr32, dr);
+    }
     Tensor db = c.bias ? ops->upload(host_f32(bias, {E})) : Tensor();
     std::vector<float> first_x, first_logits;  // row 0 of the first call: every later call has it at row T / 2
     double worst = 0;
     // On the GPUs: T ≤ 64 the fused router, to 256 the logits kernel (gpu::kMoeLogitsTokens; the
     // same bits per row), past it the GEMM.
     for (int64_t T : {5, 1, 64, 65, 256, 5, 257, 600}) {
-      SCOPED_TRACE(fmt::format("{} T {}", c.name, T));
+      SCOPED_TRACE(fmt::format("{} router {} T {}", c.name, dtype_name(rd), T));
       std::vector<float> x(size_t(T * H));
       for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] = float(q(g)) / 64.f;
       if (!first_x.empty()) std::copy(first_x.begin(), first_x.end(), x.begin() + (T / 2) * H);
@@ -173,6 +183,12 @@ TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
           worst = std::max(worst, std::abs(double(l[t * E + e]) - ref) / mag);
         }
       const std::vector<float> logits(l, l + T * E);
+      if (rd == DType::BF16 && (!gpu || T <= 256)) {
+        Tensor dl32 = ops->empty(DType::F32, {T, E});
+        ops->moe_router(dx, dr32, db, c.r, dl32, ex, w);
+        EXPECT_EQ(0, std::memcmp(ops->download(dl32).ptr<float>(), l, size_t(T * E) * 4))
+            << "a bf16 router's logits differ from an f32 router's holding the same values";
+      }
       const Routing want = route_tokens(c.r, logits, bias, T);
       for (int64_t i = 0; i < T * K; ++i) {
         ASSERT_EQ(hx.ptr<int32_t>()[i], want.expert[size_t(i)]) << "token " << i / K << " k " << i % K;
@@ -189,7 +205,8 @@ TEST_P(MoeRoute, TheRouterRoutesItsOwnLogits) {
     }
     // f32 sums of 2048 products against f64, relative to Σ|x·w|.
     EXPECT_LE(worst, 2e-6) << c.name;
-    std::cout << "[ moe_router " << GetParam().name << " " << c.name << " ] max logit error / sum |x w| " << worst << "\n";
+    std::cout << "[ moe_router " << GetParam().name << " " << c.name << " router " << dtype_name(rd)
+              << " ] max logit error / sum |x w| " << worst << "\n";
   }
 }
 
@@ -286,11 +303,11 @@ TEST_P(MoeExperts, MatchTheNaiveLoop) {
     int64_t T, K, E, I, H;
   };
   // Multiples of 64 (the CUDA bf16 tensor-core paths: 16-, 32-, 64- and, on sm_90a, 128-row tiles),
-  // reductions of 2048 (those paths' 128-wide stages: gate/up over hidden, down over I) and odd sizes
-  // (the portable path).
+  // reductions of 2048 (those paths' 128-wide stages: gate/up over hidden, down over I), odd sizes
+  // (the portable path) and 4200 slots (the GPUs' plan built by three blocks: gpu::kMoeAlignChunk).
   for (Shape3 s : {Shape3{37, 3, 8, 192, 128}, Shape3{50, 2, 4, 128, 192}, Shape3{150, 2, 4, 128, 64},
                    Shape3{600, 2, 4, 128, 256}, Shape3{24, 2, 4, 128, 2048}, Shape3{24, 2, 4, 2048, 128},
-                   Shape3{5, 2, 6, 40, 72}}) {
+                   Shape3{5, 2, 6, 40, 72}, Shape3{2100, 2, 8, 128, 256}}) {
     SCOPED_TRACE(fmt::format("T {} K {} E {} I {} hidden {}", s.T, s.K, s.E, s.I, s.H));
     const Experts m = random_experts(s.E, s.I, s.H, f.act, 11);
     const Tensor x = random_x(s.T, s.H, f.act, 12);

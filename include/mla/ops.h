@@ -244,6 +244,7 @@ class Ops {
                          Tensor& expert, Tensor& weight) = 0;
   // x[T, hidden] · router[E, hidden]ᵀ → router_logits[T, E] f32, then moe_route's choice from them:
   // linear + moe_route (a platform may fuse them; its logits then sum each row in one fixed order).
+  // router f32, or bf16 beside bf16 x (widened exactly: f32 products either way).
   virtual void moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
                           Tensor& router_logits, Tensor& expert, Tensor& weight);
   // x[T, hidden], expert[T, K] i32, weight[T, K] f32; stacked experts gate[E, I, hidden],

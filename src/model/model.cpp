@@ -118,7 +118,9 @@ Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops, Communicator* tp
     if (c.is_moe_layer(i)) {
       const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size / ranks;
       const WeightShard in = split(0, I, c.moe_intermediate_size), out = split(1, I, c.moe_intermediate_size);
-      l.router = want(p + "mlp.gate.weight", {E, H}, DType::F32);
+      // In bf16 when the model runs in bf16, as transformers holds it (the correction bias stays
+      // f32 there too); the logits are f32 sums either way.
+      l.router = want(p + "mlp.gate.weight", {E, H}, act == DType::BF16 ? DType::BF16 : DType::F32);
       if (c.model_type() == "deepseek_v3") l.bias = want(p + "mlp.gate.e_score_correction_bias", {E}, DType::F32);
       l.experts = {ops.empty(act, {E, I, H}), ops.empty(act, {E, I, H}), ops.empty(act, {E, H, I})};
       for (int64_t e = 0; e < E; ++e) {

@@ -399,21 +399,23 @@ void GpuOps::moe_route(const Tensor& logits, const Tensor& bias, const MoeRoutin
 void GpuOps::moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
                         Tensor& logits, Tensor& expert, Tensor& weight) {
   const int64_t T = rows_of(x), H = x.dim(-1), E = r.n_routed_experts;
-  const bool ours = router.dtype() == DType::F32 && (x.dtype() == DType::F32 || x.dtype() == DType::BF16);
+  auto f32_or_bf16 = [](DType d) { return d == DType::F32 || d == DType::BF16; };
+  const bool ours = f32_or_bf16(router.dtype()) && f32_or_bf16(x.dtype());
+  const Elem xe = ours ? elem_of(x.dtype()) : Elem::F32, we = ours ? elem_of(router.dtype()) : Elem::F32;
   const bool fused = ours && T <= kMoeRouterTokens;
   const bool logits_kernel =
-      ours && !fused && T <= kMoeLogitsTokens && moe_logits_fits(x.data(), elem_of(x.dtype()), router.ptr<float>(), H);
+      ours && !fused && T <= kMoeLogitsTokens && moe_logits_fits(x.data(), xe, router.data(), we, H);
   if (!fused && !logits_kernel) return Ops::moe_router(x, router, bias, r, logits, expert, weight);
   expect(router.rank() == 2 && router.dim(0) == E && router.dim(1) == H && logits.numel() == T * E, "moe_router",
          fmt::format("router {} for x {} and {} experts", shape_str(router.shape()), shape_str(x.shape()), E));
   MoeRouteParams p = route_params(logits, bias, r, expert, weight);
   if (T == 0) return;
   if (logits_kernel) {
-    gpu::moe_logits(x.data(), elem_of(x.dtype()), router.ptr<float>(), H, T, E, logits.ptr<float>(), stream_);
+    gpu::moe_logits(x.data(), xe, router.data(), we, H, T, E, logits.ptr<float>(), stream_);
     return gpu::moe_route(p, stream_);
   }
   unsigned* done = router_done_ + (stream_ == main_stream_ ? 0 : kMoeRouterTokens);
-  gpu::moe_router(x.data(), elem_of(x.dtype()), router.ptr<float>(), H, p, done, stream_);
+  gpu::moe_router(x.data(), xe, router.data(), we, H, p, done, stream_);
 }
 
 GpuOps::MoeShape GpuOps::moe_shape(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,

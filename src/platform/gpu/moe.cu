@@ -135,22 +135,32 @@ __global__ void moe_route_k(MoeRouteParams p) {
 __device__ __forceinline__ float dot4(const float (&a)[4], float4 b) {
   return __fmaf_rn(a[3], b.w, __fmaf_rn(a[2], b.z, __fmaf_rn(a[1], b.y, __fmul_rn(a[0], b.x))));
 }
+// Router weights 4j .. 4j + 3 of a row, f32 or bf16 (widened exactly: the same sums either way).
+template <bool kWBf16>
+__device__ __forceinline__ float4 router_w4(const void* row, int j) {
+  if constexpr (!kWBf16) return static_cast<const float4*>(row)[j];
+  else {
+    const uint2 u = static_cast<const uint2*>(row)[j];
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  }
+}
 // The router's logits and the routing in one launch: block (t, e) sums x[t] · w[e] (each thread
 // its 4-wide chunks in index order, then block_sum's fixed tree), and the last of token t's blocks
 // to finish routes it from the logits the others wrote. That block sets the token's counter back to
 // zero for the next launch.
+template <bool kWBf16>
 __global__ void __launch_bounds__(kRouteThreads)
-    moe_router_k(const void* x, Elem xe, const float* w, int hidden, bool vec, MoeRouteParams p, unsigned* done) {
+    moe_router_k(const void* x, Elem xe, const void* w, int hidden, bool vec, MoeRouteParams p, unsigned* done) {
   pdl_enter();
   extern __shared__ double sm[];
   __shared__ bool last;
   const int t = blockIdx.x, e = blockIdx.y;
   float* logits = const_cast<float*>(p.logits);
-  const size_t xrow = size_t(t) * size_t(hidden);
-  const float* wr = w + size_t(e) * size_t(hidden);
+  const size_t xrow = size_t(t) * size_t(hidden), wrow = size_t(e) * size_t(hidden);
   float acc = 0.f;
-  if (vec) {  // hidden a multiple of 4, w 16-byte aligned: 4 values a thread a step, all loads issued first
-    const float4* w4 = reinterpret_cast<const float4*>(wr);
+  if (vec) {  // hidden a multiple of 4, w rows 16-byte (f32) or 8-byte (bf16) aligned: all loads issued first
+    const void* wr = static_cast<const char*>(w) + wrow * (kWBf16 ? 2 : 4);
     constexpr int kIn = 4;  // chunks a thread loads before it adds
     for (int j0 = threadIdx.x; j0 < hidden / 4; j0 += kIn * kRouteThreads) {
       float4 b[kIn];
@@ -158,7 +168,7 @@ __global__ void __launch_bounds__(kRouteThreads)
 #pragma unroll
       for (int u = 0; u < kIn; ++u) {
         const int j = j0 + u * kRouteThreads;
-        b[u] = j < hidden / 4 ? w4[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+        b[u] = j < hidden / 4 ? router_w4<kWBf16>(wr, j) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int c = 0; c < 4; ++c) a[u][c] = j < hidden / 4 ? load_elem(x, xe, xrow + size_t(4 * j + c)) : 0.f;
       }
@@ -166,7 +176,8 @@ __global__ void __launch_bounds__(kRouteThreads)
       for (int u = 0; u < kIn; ++u) acc += dot4(a[u], b[u]);
     }
   } else {
-    for (int k = threadIdx.x; k < hidden; k += kRouteThreads) acc += load_elem(x, xe, xrow + k) * wr[k];
+    for (int k = threadIdx.x; k < hidden; k += kRouteThreads)
+      acc += load_elem(x, xe, xrow + k) * load_elem(w, kWBf16 ? Elem::BF16 : Elem::F32, wrow + k);
   }
   acc = block_sum(acc);
   if (threadIdx.x == 0) {
@@ -195,9 +206,9 @@ __global__ void __launch_bounds__(kRouteThreads)
 // once per token tile, an x row once per expert tile.
 constexpr int kLogitTokens = 8, kLogitExperts = 8, kLogitTile = kLogitTokens * kLogitExperts;
 static_assert(kRouteThreads == 256 && kLogitTile <= kRouteThreads, "block_sum's second stage over 8 warps");
-template <bool kBf16>
+template <bool kBf16, bool kWBf16>
 __global__ void __launch_bounds__(kRouteThreads)
-    moe_logits_k(const void* x, const float* w, int hidden, int T, int E, float* logits) {
+    moe_logits_k(const void* x, const void* w, int hidden, int T, int E, float* logits) {
   pdl_enter();
   using XChunk = std::conditional_t<kBf16, uint2, float4>;  // 4 values of x
   __shared__ float part[kLogitTile][kRouteThreads / 32];
@@ -206,7 +217,8 @@ __global__ void __launch_bounds__(kRouteThreads)
   const int e0 = blockIdx.y * kLogitExperts, ne = min(kLogitExperts, E - e0);
   const int chunks = hidden / 4;
   const XChunk* x4 = static_cast<const XChunk*>(x) + size_t(t0) * size_t(chunks);
-  const float4* w4 = reinterpret_cast<const float4*>(w) + size_t(e0) * size_t(chunks);
+  const size_t wrow = size_t(hidden) * (kWBf16 ? 2 : 4);
+  const char* wt = static_cast<const char*>(w) + size_t(e0) * wrow;
   float acc[kLogitTokens][kLogitExperts];
 #pragma unroll
   for (int t = 0; t < kLogitTokens; ++t)
@@ -217,7 +229,7 @@ __global__ void __launch_bounds__(kRouteThreads)
     XChunk xv[kLogitTokens];
 #pragma unroll
     for (int e = 0; e < kLogitExperts; ++e)
-      b[e] = e < ne ? w4[size_t(e) * chunks + j] : make_float4(0.f, 0.f, 0.f, 0.f);
+      b[e] = e < ne ? router_w4<kWBf16>(wt + size_t(e) * wrow, j) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int t = 0; t < kLogitTokens; ++t) xv[t] = t < nt ? x4[size_t(t) * chunks + j] : XChunk{};
 #pragma unroll
@@ -253,50 +265,97 @@ __global__ void __launch_bounds__(kRouteThreads)
 constexpr int kAlignThreads = 1024;
 static_assert(kAlignThreads >= kMoeMaxExperts, "moe_align_k takes a thread per expert");
 
-// One block: counts per expert, then every expert's row offset and first tile at once (inclusive
-// scans over the experts, a thread each), its tiles, then each slot's row. The tiles come out in
-// expert order, as a pass over the experts in order would write them.
-__global__ void __launch_bounds__(kAlignThreads) moe_align_k(const int32_t* expert, int n, int E, int bm, MoePlan plan) {
-  pdl_enter();
-  extern __shared__ int cnt[];  // [E] counts, [E] row ends then cursors, [E] tile ends
-  int* rows = cnt + E;
-  int* tiles = rows + E;
-  const int tid = threadIdx.x;
-  for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
-  __syncthreads();
-  for (int i = tid; i < n; i += blockDim.x) {
-    const int e = expert[i];
-    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
-  }
-  __syncthreads();
-  const int mine = tid < E ? cnt[tid] : 0, my_tiles = (mine + bm - 1) / bm;
+// Every expert's first row and tile from its row count `mine` (thread e < E holds expert e's): inclusive
+// scans over the experts, a thread each (Hillis–Steele). Returns thread e's first row (0 past E).
+// With `write`, the plan's offsets, tile count and tiles, in expert order, as a pass over the experts
+// in order would write them. rows, tiles: [E] shared scratch.
+__device__ int place_experts(int mine, int E, int bm, int* rows, int* tiles, const MoePlan& plan, bool write) {
+  const int tid = threadIdx.x, my_tiles = (mine + bm - 1) / bm;
   if (tid < E) rows[tid] = mine, tiles[tid] = my_tiles;
   __syncthreads();
-  for (int d = 1; d < E; d <<= 1) {  // Hillis–Steele: rows / tiles become inclusive sums
+  for (int d = 1; d < E; d <<= 1) {
     int r = 0, t = 0;
     if (tid < E && tid >= d) r = rows[tid - d], t = tiles[tid - d];
     __syncthreads();
     if (tid < E) rows[tid] += r, tiles[tid] += t;
     __syncthreads();
   }
+  int off = 0;
   if (tid < E) {
-    const int off = rows[tid] - mine, t0 = tiles[tid] - my_tiles;
-    plan.offsets[tid] = off;
-    for (int j = 0; j < my_tiles; ++j) plan.tiles[2 * (t0 + j)] = tid, plan.tiles[2 * (t0 + j) + 1] = off + j * bm;
-    if (tid == E - 1) plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid];
+    off = rows[tid] - mine;
+    const int t0 = tiles[tid] - my_tiles;
+    if (write) {
+      plan.offsets[tid] = off;
+      for (int j = 0; j < my_tiles; ++j) plan.tiles[2 * (t0 + j)] = tid, plan.tiles[2 * (t0 + j) + 1] = off + j * bm;
+      if (tid == E - 1) plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid];
+    }
   }
   __syncthreads();
-  if (tid < E) rows[tid] -= mine;  // each expert's cursor starts at its offset
+  return off;
+}
+
+// Slots [i0, i1) counted per expert into cnt[E] (shared, zeroed here).
+__device__ void count_experts(const int32_t* expert, int i0, int i1, int E, int* cnt) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
-  for (int i = tid; i < n; i += blockDim.x) {
+  for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+    const int e = expert[i];
+    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+}
+
+// Slots [i0, i1) to their rows: cursor[e] (shared) is the next row of expert e.
+__device__ void place_slots(const int32_t* expert, int i0, int i1, int E, int* cursor, const MoePlan& plan) {
+  for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
     const int e = expert[i];
     int r = -1;
     if (e >= 0 && e < E) {
-      r = atomicAdd(&rows[e], 1);
+      r = atomicAdd(&cursor[e], 1);
       plan.rows[r] = i;
     }
     plan.pos[i] = r;
   }
+}
+
+// One block (n ≤ kMoeAlignChunk): counts per expert, the experts' places, then each slot's row.
+__global__ void __launch_bounds__(kAlignThreads) moe_align_k(const int32_t* expert, int n, int E, int bm, MoePlan plan) {
+  pdl_enter();
+  extern __shared__ int cnt[];  // [E] counts, [E] row ends then cursors, [E] tile ends
+  int* rows = cnt + E;
+  count_experts(expert, 0, n, E, cnt);
+  const int off = place_experts(threadIdx.x < E ? cnt[threadIdx.x] : 0, E, bm, rows, rows + E, plan, true);
+  if (threadIdx.x < E) rows[threadIdx.x] = off;  // each expert's cursor starts at its offset
+  __syncthreads();
+  place_slots(expert, 0, n, E, rows, plan);
+}
+
+// Many blocks, kMoeAlignChunk slots each: block b counts its slots per expert into plan.counts[b].
+__global__ void __launch_bounds__(kAlignThreads) moe_count_k(const int32_t* expert, int n, int E, MoePlan plan) {
+  pdl_enter();
+  extern __shared__ int cnt[];  // [E]
+  const int i0 = int(blockIdx.x) * int(kMoeAlignChunk);
+  count_experts(expert, i0, min(n, i0 + int(kMoeAlignChunk)), E, cnt);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) plan.counts[size_t(blockIdx.x) * E + e] = cnt[e];
+}
+
+// Then each block: every expert's total and the slots of the blocks before it, the experts' places
+// (block 0 writes them to the plan), and its own slots' rows after those of the blocks before.
+__global__ void __launch_bounds__(kAlignThreads) moe_place_k(const int32_t* expert, int n, int E, int bm, MoePlan plan) {
+  pdl_enter();
+  extern __shared__ int cur[];  // [E] cursors, [E] row ends, [E] tile ends
+  const int tid = threadIdx.x, b = int(blockIdx.x);
+  int total = 0, before = 0;
+  if (tid < E)
+    for (int k = 0; k < int(gridDim.x); ++k) {
+      const int c = plan.counts[size_t(k) * E + tid];
+      total += c, before += k < b ? c : 0;
+    }
+  const int off = place_experts(total, E, bm, cur + E, cur + 2 * E, plan, b == 0);
+  if (tid < E) cur[tid] = off + before;
+  __syncthreads();
+  const int i0 = b * int(kMoeAlignChunk);
+  place_slots(expert, i0, min(n, i0 + int(kMoeAlignChunk)), E, cur, plan);
 }
 
 // The portable grouped GEMM: a block computes kMoeGenericRows rows × kGenN columns of one tile;
@@ -401,26 +460,35 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s) {
   launch(moe_route_k, p.T, kRouteThreads, route_smem_bytes(p), s, p);
 }
 
-void moe_router(const void* x, Elem xe, const float* w, int64_t hidden, const MoeRouteParams& p, unsigned* done,
-                cudaStream_t s) {
+namespace {
+// Rows of 4-value chunks: hidden % 4 == 0 and p aligned to a chunk (16 bytes f32, 8 bf16).
+bool chunked(const void* p, Elem e, int64_t hidden) {
+  return hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(p) & (e == Elem::BF16 ? 7 : 15)) == 0;
+}
+}  // namespace
+
+void moe_router(const void* x, Elem xe, const void* w, Elem we, int64_t hidden, const MoeRouteParams& p,
+                unsigned* done, cudaStream_t s) {
   if (p.T == 0) return;
-  const bool vec = hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0;
+  const bool vec = chunked(w, we, hidden);
   const size_t smem = route_smem_bytes(p) + sizeof(float) * size_t(p.E);
   const dim3 grid(unsigned(p.T), unsigned(p.E));
-  launch(moe_router_k, grid, kRouteThreads, smem, s, x, xe, w, int(hidden), vec, p, done);
+  if (we == Elem::BF16) launch(moe_router_k<true>, grid, kRouteThreads, smem, s, x, xe, w, int(hidden), vec, p, done);
+  else launch(moe_router_k<false>, grid, kRouteThreads, smem, s, x, xe, w, int(hidden), vec, p, done);
 }
 
-bool moe_logits_fits(const void* x, Elem xe, const float* w, int64_t hidden) {
-  return hidden % 4 == 0 && (xe == Elem::BF16 || xe == Elem::F32) && (reinterpret_cast<uintptr_t>(w) & 15) == 0 &&
-         (reinterpret_cast<uintptr_t>(x) & (xe == Elem::BF16 ? 7 : 15)) == 0;
+bool moe_logits_fits(const void* x, Elem xe, const void* w, Elem we, int64_t hidden) {
+  return (xe == Elem::BF16 || xe == Elem::F32) && (we == Elem::BF16 || we == Elem::F32) && chunked(x, xe, hidden) &&
+         chunked(w, we, hidden);
 }
 
-void moe_logits(const void* x, Elem xe, const float* w, int64_t hidden, int64_t T, int64_t E, float* logits,
+void moe_logits(const void* x, Elem xe, const void* w, Elem we, int64_t hidden, int64_t T, int64_t E, float* logits,
                 cudaStream_t s) {
   if (T == 0) return;
   const dim3 grid(unsigned((T + kLogitTokens - 1) / kLogitTokens), unsigned((E + kLogitExperts - 1) / kLogitExperts));
-  if (xe == Elem::BF16) launch(moe_logits_k<true>, grid, kRouteThreads, 0, s, x, w, int(hidden), int(T), int(E), logits);
-  else launch(moe_logits_k<false>, grid, kRouteThreads, 0, s, x, w, int(hidden), int(T), int(E), logits);
+  auto go = [&](auto kernel) { launch(kernel, grid, kRouteThreads, 0, s, x, w, int(hidden), int(T), int(E), logits); };
+  if (xe == Elem::BF16) we == Elem::BF16 ? go(moe_logits_k<true, true>) : go(moe_logits_k<true, false>);
+  else we == Elem::BF16 ? go(moe_logits_k<false, true>) : go(moe_logits_k<false, false>);
 }
 
 MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
@@ -430,10 +498,17 @@ MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
   p.pos = p.rows + n;
   p.tiles = p.pos + n;
   p.num_tiles = p.tiles + 2 * moe_max_tiles(n, E, bm);
+  p.counts = p.num_tiles + 1;
   return p;
 }
 
 void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& plan, cudaStream_t s) {
+  const int64_t blocks = moe_align_blocks(n);
+  if (blocks > 1) {  // prefill: one block over 24 576 slots took 32 µs (V2-Lite, 4096 tokens)
+    launch(moe_count_k, unsigned(blocks), kAlignThreads, sizeof(int) * size_t(E), s, expert, int(n), E, plan);
+    launch(moe_place_k, unsigned(blocks), kAlignThreads, sizeof(int) * size_t(3 * E), s, expert, int(n), E, bm, plan);
+    return;
+  }
   // A thread per expert at least, one per slot up to the block's bound: a decode batch's few slots
   // take a block of E threads, whose scans and barriers are shorter than 1024 threads'.
   const int64_t want = std::max<int64_t>(E, std::min<int64_t>(n, kAlignThreads));

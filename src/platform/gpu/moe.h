@@ -25,18 +25,19 @@ struct MoeRouteParams {
 constexpr int kMoeMaxExperts = 1024;  // shared-memory bound of the router and the plan
 void moe_route(const MoeRouteParams& p, cudaStream_t s);
 // The router's logits (p.logits, written: [T, E] = x[T, hidden] · w[E, hidden]ᵀ, f32 sums in a
-// fixed order per row) and moe_route's choice from them, in one launch. done[T]: zero counters,
-// zero again when the launch ends. For decode-sized T (kMoeRouterTokens at most).
+// fixed order per row; w f32 or bf16, which widens exactly, so either holding the same values gives
+// the same bits) and moe_route's choice from them, in one launch. done[T]: zero counters, zero again
+// when the launch ends. For decode-sized T (kMoeRouterTokens at most).
 constexpr int64_t kMoeRouterTokens = 64;
-void moe_router(const void* x, Elem xe, const float* w, int64_t hidden, const MoeRouteParams& p, unsigned* done,
-                cudaStream_t s);
+void moe_router(const void* x, Elem xe, const void* w, Elem we, int64_t hidden, const MoeRouteParams& p,
+                unsigned* done, cudaStream_t s);
 // The router's logits alone ([T, E] = x · wᵀ), each with moe_router's bits, for batches past
-// kMoeRouterTokens: x bf16 or f32 rows of hidden % 4 == 0 values, 16-byte aligned w (moe_logits_fits).
-// GpuOps uses it up to kMoeLogitsTokens (decode batches); past that the weights, streamed once per 8
-// tokens, cost more than the GEMM, and the GEMM makes the logits.
+// kMoeRouterTokens: x and w bf16 or f32 rows of hidden % 4 == 0 values, aligned to 4 of them
+// (moe_logits_fits). GpuOps uses it up to kMoeLogitsTokens (decode batches); past that the weights,
+// streamed once per 8 tokens, cost more than the GEMM, and the GEMM makes the logits.
 constexpr int64_t kMoeLogitsTokens = 256;
-bool moe_logits_fits(const void* x, Elem xe, const float* w, int64_t hidden);
-void moe_logits(const void* x, Elem xe, const float* w, int64_t hidden, int64_t T, int64_t E, float* logits,
+bool moe_logits_fits(const void* x, Elem xe, const void* w, Elem we, int64_t hidden);
+void moe_logits(const void* x, Elem xe, const void* w, Elem we, int64_t hidden, int64_t T, int64_t E, float* logits,
                 cudaStream_t s);
 
 // The slots (t·K + k) grouped by expert: rows[offsets[e] .. offsets[e+1]) are expert e's slots
@@ -49,15 +50,21 @@ struct MoePlan {
   int32_t* pos = nullptr;        // [T·K]
   int32_t* tiles = nullptr;      // [2 · max_tiles]
   int32_t* num_tiles = nullptr;  // [1]
+  int32_t* counts = nullptr;     // [moe_align_blocks(T·K), E]: slots per block and expert (many-block plans)
 };
 // The most row tiles of bm rows that n slots over E experts can need.
 inline int64_t moe_max_tiles(int64_t n, int64_t E, int64_t bm) {
   const int64_t a = (n + bm - 1) / bm + E;
   return n < a ? n : a;
 }
+// Slots a block of the plan takes: a plan of more slots (prefill) is built by that many blocks, in
+// two launches (count, then place); a smaller one by one block in one launch.
+constexpr int64_t kMoeAlignChunk = 2048;
+inline int64_t moe_align_blocks(int64_t n) { return n > kMoeAlignChunk ? (n + kMoeAlignChunk - 1) / kMoeAlignChunk : 1; }
 // Int32 words of device memory a plan for n slots, E experts, tiles of bm rows needs.
 inline int64_t moe_plan_words(int64_t n, int64_t E, int64_t bm) {
-  return (E + 1) + 2 * n + 2 * moe_max_tiles(n, E, bm) + 1;
+  const int64_t blocks = moe_align_blocks(n);
+  return (E + 1) + 2 * n + 2 * moe_max_tiles(n, E, bm) + 1 + (blocks > 1 ? blocks * E : 0);
 }
 MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm);
 void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& plan, cudaStream_t s);
