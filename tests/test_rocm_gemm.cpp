@@ -73,8 +73,6 @@ class RocmGemm : public ::testing::Test {
   cudaStream_t stream = nullptr;
 };
 
-size_t elem_size(Elem e) { return e == Elem::F32 ? 4 : e == Elem::BF16 ? 2 : 1; }
-
 // Stores v as element e (f32 or bf16) into bytes at index i; returns the value stored.
 float store_host(std::vector<uint8_t>& buf, Elem e, size_t i, float v) {
   if (e == Elem::F32) {

@@ -10,6 +10,7 @@ namespace mla::gpu {
 
 // Element types of the tensors a kernel reads or writes.
 enum class Elem : int { F32 = 0, BF16 = 1, FP8_E4M3FN = 2, FP8_E4M3FNUZ = 3 };
+inline constexpr size_t elem_size(Elem e) { return e == Elem::F32 ? 4 : e == Elem::BF16 ? 2 : 1; }
 
 // Ragged segments on the device: request r's queries [q_start[r], +q_len[r]) attend keys
 // [k_start[r], +k_len[r]) (for MLA: indices into kv_slots). Causal masks align bottom-right:

@@ -1,6 +1,7 @@
 // The small GPU kernels (CUDA and HIP from this one source): memory-bound, one thread per element (or a block per row for norms),
 // float math, element types chosen at run time.
 #include <cmath>
+#include <initializer_list>
 
 #include "platform/gpu/gpu_check.h"
 #include "platform/gpu/launch.cuh"
@@ -75,6 +76,19 @@ __global__ void copy_cols_k(const void* src, Elem se, int64_t sld, int64_t s0, v
   if (idx >= size_t(M * n)) return;
   const int64_t m = int64_t(idx / n), c = int64_t(idx % n);
   store_elem(dst, de, size_t(m * dld + d0 + c), load_elem(src, se, size_t(m * sld + s0 + c)));
+}
+
+// Rows of 16-byte chunks, row m's chunks [0, n) from src + m·sld to dst + m·dld (the copy paths of
+// copy_cols and cache_read: the same element type, no scale). slots: the source row of output row m
+// (null: m itself).
+__global__ void copy_rows16_k(const uint4* src, const int32_t* slots, int64_t sld, uint4* dst, int64_t dld,
+                              int64_t M, int n) {
+  pdl_enter();
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= size_t(M) * size_t(n)) return;
+  const int64_t m = int64_t(idx / size_t(n));
+  const int c = int(idx % size_t(n));
+  dst[m * dld + c] = src[(slots ? int64_t(slots[m]) : m) * sld + c];
 }
 
 __global__ void build_kv_k(const void* kv, const void* rows, Elem re, int64_t row_dim, Elem e,
@@ -314,8 +328,21 @@ void rope(void* x, Elem e, int64_t T, int64_t heads, int64_t head_dim, int64_t o
           const double* inv_freq, int64_t half, double af, bool interleave, cudaStream_t s) {
   MLA_LAUNCH(rope_k, T * half, s, x, e, T, heads, head_dim, off, positions, inv_freq, half, af, interleave);
 }
+// The 16-byte copy when src and dst hold the same elements at 16-byte row starts and widths.
+static bool copy16_fits(Elem se, Elem de, const void* src, const void* dst, std::initializer_list<int64_t> elems) {
+  if (se != de || !aligned16(src) || !aligned16(dst)) return false;
+  for (int64_t v : elems)
+    if (v * int64_t(elem_size(se)) % 16 != 0) return false;
+  return true;
+}
 void copy_cols(const void* src, Elem se, int64_t sld, int64_t s0, void* dst, Elem de, int64_t dld, int64_t d0,
                int64_t M, int64_t n, cudaStream_t s) {
+  if (copy16_fits(se, de, src, dst, {sld, s0, dld, d0, n})) {
+    const int64_t per = 16 / int64_t(elem_size(se));  // elements a chunk
+    MLA_LAUNCH(copy_rows16_k, M * (n / per), s, static_cast<const uint4*>(src) + s0 / per, nullptr, sld / per,
+               static_cast<uint4*>(dst) + d0 / per, dld / per, M, int(n / per));
+    return;
+  }
   MLA_LAUNCH(copy_cols_k, M * n, s, src, se, sld, s0, dst, de, dld, d0, M, n);
 }
 void build_kv(const void* kv, const void* rows, Elem re, int64_t row_dim, Elem e, int64_t S, int64_t H, int64_t L,
@@ -365,6 +392,12 @@ void cache_write(const void* rows, Elem re, void* pool, Elem pe, const int32_t* 
 }
 void cache_read(const void* pool, Elem pe, const int32_t* slots, int64_t T, int64_t D, float scale, void* rows,
                 Elem re, cudaStream_t s) {
+  if (scale == 1.f && copy16_fits(pe, re, pool, rows, {D})) {
+    const int64_t per = 16 / int64_t(elem_size(pe));
+    MLA_LAUNCH(copy_rows16_k, T * (D / per), s, static_cast<const uint4*>(pool), slots, D / per,
+               static_cast<uint4*>(rows), D / per, T, int(D / per));
+    return;
+  }
   MLA_LAUNCH(cache_read_k, T * D, s, pool, pe, slots, T, D, scale, rows, re);
 }
 

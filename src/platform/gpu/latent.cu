@@ -20,9 +20,11 @@ __global__ void __launch_bounds__(kNormThreads) latent_finish_k(LatentFinishPara
   // The latent columns [0, lora) of the row (block_sum's barriers publish cs too).
   rmsnorm_row_as_launched(p.kva, p.kva_elem, row, p.lora, p.norm_w, p.norm_elem, p.eps, p.norm_vec);
   __syncthreads();
-  // Pairs of q's heads, then of the row's k_pe (head `heads`): columns the norm does not touch.
-  for (int64_t idx = threadIdx.x; idx < (p.heads + 1) * half; idx += blockDim.x) {
-    const int64_t h = idx / half, i = idx % half;
+  // Pairs of q's heads, then of the row's k_pe (head `heads`): columns the norm does not touch. The
+  // indices in 32 bits (heads ≤ 128, half ≤ the block): 64-bit divisions were most of this loop.
+  const int nh = int(half), pairs = (int(p.heads) + 1) * nh;
+  for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+    const int h = idx / nh, i = idx - h * nh;
     void* x = h < p.heads ? p.q : p.kva;
     const Elem e = h < p.heads ? p.q_elem : p.kva_elem;
     const size_t base = h < p.heads ? size_t((t * p.heads + h) * p.q_head_dim + p.q_rot) : row + size_t(p.lora);
@@ -34,6 +36,12 @@ __global__ void __launch_bounds__(kNormThreads) latent_finish_k(LatentFinishPara
   }
   __syncthreads();
   const size_t dst = size_t(p.slots[t]) * size_t(p.row_dim);
+  if (p.copy16) {  // the pool holds the row's own elements unscaled: 16-byte copies
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const char*>(p.kva) + row * elem_size(p.kva_elem));
+    uint4* out = reinterpret_cast<uint4*>(static_cast<char*>(p.pool) + dst * elem_size(p.pool_elem));
+    for (int c = threadIdx.x; c < p.copy16; c += blockDim.x) out[c] = src[c];
+    return;
+  }
   for (int64_t c = threadIdx.x; c < p.row_dim; c += blockDim.x)
     store_elem(p.pool, p.pool_elem, dst + c, load_elem(p.kva, p.kva_elem, row + c) * p.inv_scale);
 }
@@ -42,8 +50,13 @@ __global__ void __launch_bounds__(kNormThreads) latent_finish_k(LatentFinishPara
 
 bool latent_finish_fits(int64_t half) { return half >= 0 && half <= kNormThreads; }
 
-void latent_finish(const LatentFinishParams& p, cudaStream_t s) {
-  if (p.T == 0) return;
+void latent_finish(const LatentFinishParams& params, cudaStream_t s) {
+  if (params.T == 0) return;
+  LatentFinishParams p = params;
+  const size_t bytes = size_t(p.row_dim) * elem_size(p.kva_elem);
+  p.copy16 = p.kva_elem == p.pool_elem && p.inv_scale == 1.f && bytes % 16 == 0 && aligned16(p.kva) && aligned16(p.pool)
+                 ? int(bytes / 16)
+                 : 0;
   launch(latent_finish_k, unsigned(p.T), kNormThreads, 0, s, p);
 }
 

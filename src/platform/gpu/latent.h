@@ -27,6 +27,7 @@ struct LatentFinishParams {
   const int32_t* slots;         // [T]
   float inv_scale;              // 1 / the layer's scale
   int64_t T;
+  int copy16 = 0;               // set by latent_finish: 16-byte chunks of a row when the write is a copy
 };
 
 // Whether one block holds a token's cos/sin (half ≤ the block size).
