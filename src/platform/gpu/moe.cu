@@ -433,7 +433,10 @@ __global__ void moe_combine_k(const void* y, Elem ye, const int32_t* pos, const 
   store_elem(out, oe, i, acc);
 }
 
-// The same sums for bf16 y and out, 8 columns a thread (16-byte loads and stores).
+// The same sums for bf16 y and out, 8 columns a thread (16-byte loads and stores). Up to
+// kCombineSlots slots a token, every slot's row is requested before the first is added (one round
+// trip to memory instead of K in a row); the adds stay in k order.
+constexpr int kCombineSlots = 8;
 __global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const float* weight, int64_t T, int K,
                                      int64_t hidden8, uint4* out) {
   pdl_enter();
@@ -441,14 +444,28 @@ __global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const f
   if (i >= size_t(T * hidden8)) return;
   const int64_t t = int64_t(i / hidden8), c = int64_t(i % hidden8);
   float acc[8] = {};
-  for (int k = 0; k < K; ++k) {
-    const int p = pos[t * K + k];
-    if (p < 0) continue;
-    const float w = weight[t * K + k];
+  auto add = [&](float w, const uint4& u) {
     float v[8];
-    unpack_bf16x8(y[size_t(p) * hidden8 + c], v);
+    unpack_bf16x8(u, v);
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] += w * v[j];
+  };
+  if (K <= kCombineSlots) {
+    int p[kCombineSlots];
+    uint4 u[kCombineSlots];
+#pragma unroll
+    for (int k = 0; k < kCombineSlots; ++k) p[k] = k < K ? pos[t * K + k] : -1;
+#pragma unroll
+    for (int k = 0; k < kCombineSlots; ++k)
+      if (p[k] >= 0) u[k] = y[size_t(p[k]) * hidden8 + c];
+#pragma unroll
+    for (int k = 0; k < kCombineSlots; ++k)
+      if (p[k] >= 0) add(weight[t * K + k], u[k]);
+  } else {
+    for (int k = 0; k < K; ++k) {
+      const int p = pos[t * K + k];
+      if (p >= 0) add(weight[t * K + k], y[size_t(p) * hidden8 + c]);
+    }
   }
   out[i] = pack_bf16x8(acc);
 }
