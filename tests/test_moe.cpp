@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "harness.h"
 #include "mla/error.h"
 #include "mla/fp_formats.h"
 #include "mla/moe.h"
@@ -217,6 +218,12 @@ TEST_P(MoeRoute, NoTokensAndBadInput) {
   EXPECT_NO_THROW(ops->moe_route(l0, Tensor(), r, e0, w0));
   Tensor l = ops->empty(DType::F32, {2, 63}), e = ops->empty(DType::I32, {2, 6}), w = ops->empty(DType::F32, {2, 6});
   EXPECT_THROW(ops->moe_route(l, Tensor(), r, e, w), Error);  // 63 logits for 64 experts
+  // A bf16 router beside f32 activations (x would be narrowed on the way to a bf16 GEMM).
+  if (ops->act_dtype() != DType::BF16) {
+    Tensor x = ops->empty(ops->act_dtype(), {2, 64}), router = ops->empty(DType::BF16, {64, 64});
+    Tensor logits = ops->empty(DType::F32, {2, 64});
+    expect_error([&] { ops->moe_router(x, router, Tensor(), r, logits, e, w); }, {"moe_router", "bf16 router"});
+  }
   r.num_experts_per_tok = 65;
   Tensor l2 = ops->empty(DType::F32, {2, 64});
   EXPECT_THROW(ops->moe_route(l2, Tensor(), r, e, w), Error);

@@ -244,7 +244,8 @@ class Ops {
                          Tensor& expert, Tensor& weight) = 0;
   // x[T, hidden] · router[E, hidden]ᵀ → router_logits[T, E] f32, then moe_route's choice from them:
   // linear + moe_route (a platform may fuse them; its logits then sum each row in one fixed order).
-  // router f32, or bf16 beside bf16 x (widened exactly: f32 products either way).
+  // router f32, or bf16 beside bf16 x (widened exactly: f32 products either way); any other pair is
+  // an error (check_router_dtype).
   virtual void moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
                           Tensor& router_logits, Tensor& expert, Tensor& weight);
   // x[T, hidden], expert[T, K] i32, weight[T, K] f32; stacked experts gate[E, I, hidden],
@@ -325,5 +326,8 @@ class SideLane {
   Ops& ops_;
   int state_ = 0;  // 0 in the lane, 1 ended, 2 joined
 };
+
+// Error unless the router of Ops::moe_router is f32 or the dtype of its activations x.
+void check_router_dtype(const Tensor& x, const Tensor& router);
 
 }  // namespace mla

@@ -71,8 +71,15 @@ void Ops::add_rmsnorm(Tensor& h, const Tensor& y, Tensor& x, const Tensor& w, do
   rmsnorm(x, x.dim(-1), w, eps);
 }
 
+void check_router_dtype(const Tensor& x, const Tensor& router) {
+  if (router.dtype() != DType::F32 && router.dtype() != x.dtype())
+    fail("moe_router: a {} router beside {} activations (f32, or the activations' dtype)", dtype_name(router.dtype()),
+         dtype_name(x.dtype()));
+}
+
 void Ops::moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
                      Tensor& router_logits, Tensor& expert, Tensor& weight) {
+  check_router_dtype(x, router);
   linear(x, router, router_logits);
   moe_route(router_logits, bias, r, expert, weight);
 }

@@ -398,6 +398,7 @@ void GpuOps::moe_route(const Tensor& logits, const Tensor& bias, const MoeRoutin
 
 void GpuOps::moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
                         Tensor& logits, Tensor& expert, Tensor& weight) {
+  check_router_dtype(x, router);
   const int64_t T = rows_of(x), H = x.dim(-1), E = r.n_routed_experts;
   auto f32_or_bf16 = [](DType d) { return d == DType::F32 || d == DType::BF16; };
   const bool ours = f32_or_bf16(router.dtype()) && f32_or_bf16(x.dtype());
