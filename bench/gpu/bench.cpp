@@ -301,10 +301,10 @@ json bench_moe(const std::string& name, const MoeRouting& r, int64_t I, int64_t 
   const double plan_us = time_us(s, runs, [&](int) { moe_align(ex.ptr<int32_t>(), n, int(E), bm, plan, s); });
   const double gate_up_us = time_us(s, runs, [&](int i) {
     const Set& m = sets[size_t(i) % sets.size()];
-    moe_gate_up_fast(x.data(), int(K), plan, max_tiles, bm, m.gate.data(), m.up.data(), E, I, Hd, h.data(), s);
+    moe_gate_up_fast(x.data(), T, int(K), plan, max_tiles, bm, m.gate.data(), m.up.data(), E, I, Hd, h.data(), s);
   });
   const double down_us = time_us(s, runs, [&](int i) {
-    moe_down_fast(h.data(), plan, max_tiles, bm, sets[size_t(i) % sets.size()].down.data(), E, I, Hd, y.data(), s);
+    moe_down_fast(h.data(), n, plan, max_tiles, bm, sets[size_t(i) % sets.size()].down.data(), E, I, Hd, y.data(), s);
   });
   const double combine_us = time_us(s, runs, [&](int) {
     moe_combine(y.data(), Elem::BF16, plan.pos, w.ptr<float>(), T, K, Hd, out.data(), Elem::BF16, s);

@@ -161,9 +161,9 @@ class CudaOps final : public GpuOps {
     Tensor keep;
     const MoePlan plan = moe_plan(expert, m, bm, keep);
     Tensor h = empty(DType::BF16, {n, m.I}), y = empty(DType::BF16, {n, m.hidden});  // per row of the plan
-    moe_gate_up_fast(x.data(), int(m.K), plan, tiles, bm, gate.data(), up.data(), m.E, m.I, m.hidden, h.data(),
+    moe_gate_up_fast(x.data(), m.T, int(m.K), plan, tiles, bm, gate.data(), up.data(), m.E, m.I, m.hidden, h.data(),
                      stream());
-    moe_down_fast(h.data(), plan, tiles, bm, down.data(), m.E, m.I, m.hidden, y.data(), stream());
+    moe_down_fast(h.data(), n, plan, tiles, bm, down.data(), m.E, m.I, m.hidden, y.data(), stream());
     moe_combine(y.data(), Elem::BF16, plan.pos, weight.ptr<float>(), m.T, m.K, m.hidden, out.data(), Elem::BF16,
                 stream());
   }

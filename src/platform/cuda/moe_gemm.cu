@@ -3,8 +3,9 @@
 //   moe_gemm_k  — 16-, 32- or 64-row tiles, 64 columns: a 4-stage cp.async pipeline (64-wide reduction
 //                 steps, 128B-swizzled shared memory, ldmatrix, mma.sync m16n8k16); decode sizes.
 //   moe_wgmma_k — sm_90a, 128-row tiles (prefill): a producer warpgroup gathers the activation rows
-//                 with cp.async and brings the weights with TMA into 4 stages; two consumer
-//                 warpgroups (64 rows each) run wgmma on 128 gate + 128 up or 256 down columns.
+//                 with cp.async (gate/up) or brings them as one TMA box (down: a tile's rows are
+//                 contiguous), and the weights with TMA, into 4 stages; two consumer warpgroups
+//                 (64 rows each) run wgmma on 128 gate + 128 up or 256 down columns.
 // The gate/up kernels read both projections and apply SiLU-and-multiply in their epilogue. Each
 // output element sums its reduction in one fixed order (k16 steps in index order, no split-K), so
 // a token's row never depends on the batch or on the body that ran it.
@@ -183,10 +184,14 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
   launch_stages<BM, kGated, 4, 1>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
 }
 // ==== Body 2: wgmma + TMA (sm_90a), 128-row tiles ============================================
-// 384 threads: warpgroup 0 produces (every thread gathers its activation chunks with cp.async and
-// arrives on the stage's barrier when they land; thread 0 also brings the weight boxes with TMA),
+// 384 threads: warpgroup 0 produces (gate/up: every thread gathers its activation chunks with
+// cp.async and arrives on the stage's barrier when they land, thread 0 brings the weight boxes with
+// TMA; down: thread 0 brings the tile's 128 contiguous rows as one TMA box, then the weights),
 // warpgroups 1 and 2 consume (rows [64·wg, +64) of the tile). A stage: A [128 rows][64] then each
 // weight matrix [BNW rows][64], 128-byte swizzled, K-major (the layout TMA writes and wgmma reads).
+// Past a down tile's own rows the box holds the next rows (or zeros past h's end): they only reach
+// outputs that are never stored. (A TMA box per gathered row, issued by one warp, made gate/up 4×
+// slower on the H200: bench/NOTES.md.)
 namespace hopper {
 constexpr int BM = 128, BK = 64, kStages = 4, kThreads = 384;
 template <bool kGated>
@@ -199,11 +204,13 @@ struct Cfg {
   static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kStages * 8;
 };
 
-// tw0 (and tw1 = up): the weights [E, N, Kd] as a 3-D map, boxes of 64 × BNW × 1.
+// tw0 (and tw1 = up): the weights [E, N, Kd] as a 3-D map, boxes of 64 × BNW × 1; ta (down): h
+// [rows, Kd] as a 3-D map, boxes of 64 × 128 × 1 (gate/up gathers x from `a`).
 template <bool kGated>
 __global__ void __launch_bounds__(kThreads, 1)
-    moe_wgmma_k(const __grid_constant__ CUtensorMap tw0, const __grid_constant__ CUtensorMap tw1, const bf16* a,
-                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out) {
+    moe_wgmma_k(const __grid_constant__ CUtensorMap tw0, const __grid_constant__ CUtensorMap tw1,
+                const __grid_constant__ CUtensorMap ta, const bf16* a, int topk, gpu::MoePlan plan, int N, int Kd,
+                bf16* out) {
   gpu::pdl_enter();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kGated>;
@@ -221,34 +228,46 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 128 + 1);  // the producers' cp.async arrivals + thread 0's expect_tx
+      // gate/up: the producers' cp.async arrivals + thread 0's expect_tx; down: thread 0's alone
+      mbar_init(full(s), kGated ? 128 + 1 : 1);
       mbar_init(empty(s), nrows > 64 ? 256 : 128);  // every working consumer thread releases the stage
     }
     fence_mbarrier_init();
   }
   __syncthreads();
 
-  if (warp < 4) {  // ---- producer: chunk column tid % 8 of rows tid / 8 + 16 i
+  if (warp < 4) {  // ---- producer
     setmaxnreg_dec<40>();
-    const int c = tid & 7;
-    int row[BM / 16];  // the source row in `a`, −1: past the tile's rows (zero-filled)
+    if constexpr (kGated) {  // every producer thread: chunk column tid % 8 of rows tid / 8 + 16 i
+      const int c = tid & 7;
+      int row[BM / 16];  // the token row in x, −1: past the tile's rows (zero-filled)
 #pragma unroll
-    for (int i = 0; i < BM / 16; ++i) {
-      const int r = (tid >> 3) + 16 * i;
-      row[i] = r < nrows ? (kGated ? plan.rows[r0 + r] / topk : r0 + r) : -1;
-    }
-    for (int kt = 0; kt < nk; ++kt) {
-      const int s = kt % kStages;
-      if (kt >= kStages) mbar_wait(empty(s), (kt / kStages - 1) & 1);
-      const uint32_t sa = base + s * C::kStageBytes;
+      for (int i = 0; i < BM / 16; ++i) {
+        const int r = (tid >> 3) + 16 * i;
+        row[i] = r < nrows ? plan.rows[r0 + r] / topk : -1;
+      }
+      for (int kt = 0; kt < nk; ++kt) {
+        const int s = kt % kStages;
+        if (kt >= kStages) mbar_wait(empty(s), (kt / kStages - 1) & 1);
+        const uint32_t sa = base + s * C::kStageBytes;
 #pragma unroll
-      for (int i = 0; i < BM / 16; ++i)
-        cp_async(sa + swz128((tid >> 3) + 16 * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8, row[i] >= 0);
-      cp_async_mbar_arrive(full(s));
-      if (tid == 0) {
-        mbar_expect_tx(full(s), C::kB * C::kBBytes);
+        for (int i = 0; i < BM / 16; ++i)
+          cp_async(sa + swz128((tid >> 3) + 16 * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8, row[i] >= 0);
+        cp_async_mbar_arrive(full(s));
+        if (tid == 0) {
+          mbar_expect_tx(full(s), C::kB * C::kBBytes);
+          tma_load_3d(sa + C::kABytes, &tw0, full(s), kt * BK, n0, e);
+          tma_load_3d(sa + C::kABytes + C::kBBytes, &tw1, full(s), kt * BK, n0, e);
+        }
+      }
+    } else if (tid == 0) {  // thread 0: the tile's rows as one box, then the weights
+      for (int kt = 0; kt < nk; ++kt) {
+        const int s = kt % kStages;
+        if (kt >= kStages) mbar_wait(empty(s), (kt / kStages - 1) & 1);
+        const uint32_t sa = base + s * C::kStageBytes;
+        mbar_expect_tx(full(s), C::kABytes + C::kBBytes);
+        tma_load_3d(sa, &ta, full(s), kt * BK, r0, 0);
         tma_load_3d(sa + C::kABytes, &tw0, full(s), kt * BK, n0, e);
-        if constexpr (kGated) tma_load_3d(sa + C::kABytes + C::kBBytes, &tw1, full(s), kt * BK, n0, e);
       }
     }
   } else {  // ---- consumers
@@ -263,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kt = 0; kt < nk; ++kt) {
       const int s = kt % kStages;
       mbar_wait(full(s), (kt / kStages) & 1);
-      fence_proxy_async();  // the cp.async (generic proxy) rows → wgmma (async proxy)
+      if constexpr (kGated) fence_proxy_async();  // the cp.async (generic proxy) rows → wgmma (async proxy)
       const uint32_t sa = base + s * C::kStageBytes;
       wgmma_fence();
 #pragma unroll
@@ -306,7 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// The weights [E, N, Kd] bf16 as boxes of 64 reduction columns × `rows` output rows × 1 expert.
+// The weights [E, N, Kd] bf16 as boxes of 64 reduction columns × `rows` output rows × 1 expert (also
+// the activations [N rows, Kd] as one "expert").
 CUtensorMap weight_map(const void* w, int64_t E, int64_t N, int64_t Kd, int rows) {
   const uint64_t dims[3] = {uint64_t(Kd), uint64_t(N), uint64_t(E)};
   const uint64_t strides[2] = {uint64_t(Kd) * 2, uint64_t(N * Kd) * 2};
@@ -315,8 +335,8 @@ CUtensorMap weight_map(const void* w, int64_t E, int64_t N, int64_t Kd, int rows
 }
 
 template <bool kGated>
-void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0, const void* w1,
-            int64_t E, int64_t N, int64_t Kd, void* out, cudaStream_t s) {
+void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0,
+            const void* w1, int64_t E, int64_t N, int64_t Kd, void* out, cudaStream_t s) {
   using C = Cfg<kGated>;
   if (max_tiles == 0) return;
   static const bool attr = [] {
@@ -326,8 +346,9 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
   (void)attr;
   const CUtensorMap t0 = weight_map(w0, E, N, Kd, C::BNW), t1 = kGated ? weight_map(w1, E, N, Kd, C::BNW) : t0;
   const unsigned grid = unsigned(max_tiles * (N / C::BNW));
-  gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, static_cast<const bf16*>(a), topk, plan,
-              int(N), int(Kd), static_cast<bf16*>(out));
+  const CUtensorMap ta = kGated ? t0 : weight_map(a, 1, a_rows, Kd, BM);
+  gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, static_cast<const bf16*>(a), topk,
+              plan, int(N), int(Kd), static_cast<bf16*>(out));
 }
 
 bool available() {
@@ -350,17 +371,17 @@ int moe_fast_rows(int64_t n, int64_t E, int64_t I, int64_t hidden) {
 
 bool moe_fast_supports(int64_t I, int64_t hidden) { return I > 0 && hidden > 0 && I % 64 == 0 && hidden % 64 == 0; }
 
-void moe_gate_up_fast(const void* x, int topk, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* gate,
-                      const void* up, int64_t E, int64_t I, int64_t hidden, void* h, cudaStream_t s) {
-  if (bm == hopper::BM) hopper::launch<true>(x, topk, plan, max_tiles, gate, up, E, I, hidden, h, s);
+void moe_gate_up_fast(const void* x, int64_t T, int topk, const gpu::MoePlan& plan, int64_t max_tiles, int bm,
+                      const void* gate, const void* up, int64_t E, int64_t I, int64_t hidden, void* h, cudaStream_t s) {
+  if (bm == hopper::BM) hopper::launch<true>(x, T, topk, plan, max_tiles, gate, up, E, I, hidden, h, s);
   else if (bm == 64) launch<64, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
   else if (bm == 32) launch<32, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
   else launch<16, true>(x, topk, plan, max_tiles, gate, up, I, hidden, h, s);
 }
 
-void moe_down_fast(const void* h, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* down, int64_t E,
-                   int64_t I, int64_t hidden, void* y, cudaStream_t s) {
-  if (bm == hopper::BM) hopper::launch<false>(h, 1, plan, max_tiles, down, nullptr, E, hidden, I, y, s);
+void moe_down_fast(const void* h, int64_t n, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* down,
+                   int64_t E, int64_t I, int64_t hidden, void* y, cudaStream_t s) {
+  if (bm == hopper::BM) hopper::launch<false>(h, n, 1, plan, max_tiles, down, nullptr, E, hidden, I, y, s);
   else if (bm == 64) launch<64, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);
   else if (bm == 32) launch<32, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);
   else launch<16, false>(h, 1, plan, max_tiles, down, nullptr, hidden, I, y, s);

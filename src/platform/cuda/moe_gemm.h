@@ -15,11 +15,11 @@ int moe_fast_rows(int64_t n, int64_t E, int64_t I, int64_t hidden);
 bool moe_fast_supports(int64_t I, int64_t hidden);
 
 // h[row, :I] = silu(gate_e · x_t) ⊙ (up_e · x_t) (products rounded to bf16), x[T, hidden] bf16,
-// gate / up [E, I, hidden] bf16, h [n, I] bf16 by plan row; t = slot / topk.
-void moe_gate_up_fast(const void* x, int topk, const gpu::MoePlan& plan, int64_t max_tiles, int bm,
+// gate / up [E, I, hidden] bf16, h [n = T·topk, I] bf16 by plan row; t = slot / topk.
+void moe_gate_up_fast(const void* x, int64_t T, int topk, const gpu::MoePlan& plan, int64_t max_tiles, int bm,
                       const void* gate, const void* up, int64_t E, int64_t I, int64_t hidden, void* h, cudaStream_t s);
-// y[row, :hidden] = down_e · h[row, :I], down [E, hidden, I] bf16, y [n, hidden] bf16.
-void moe_down_fast(const void* h, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* down,
+// y[row, :hidden] = down_e · h[row, :I], h [n, I], down [E, hidden, I] bf16, y [n, hidden] bf16.
+void moe_down_fast(const void* h, int64_t n, const gpu::MoePlan& plan, int64_t max_tiles, int bm, const void* down,
                    int64_t E, int64_t I, int64_t hidden, void* y, cudaStream_t s);
 
 }  // namespace mla::cuda
