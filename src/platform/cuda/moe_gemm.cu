@@ -2,14 +2,17 @@
 // row tile of one expert (platform/gpu/moe.h's plan) and a slice of output columns. Two bodies:
 //   moe_gemm_k  — 16-, 32- or 64-row tiles, 64 columns: a 4-stage cp.async pipeline (64-wide reduction
 //                 steps, 128B-swizzled shared memory, ldmatrix, mma.sync m16n8k16); decode sizes.
-//   moe_wgmma_k — sm_90a, 128-row tiles (prefill): a producer warpgroup gathers the activation rows
-//                 with cp.async (gate/up) or brings them as one TMA box (down: a tile's rows are
-//                 contiguous), and the weights with TMA, into 4 stages; two consumer warpgroups
-//                 (64 rows each) run wgmma on 128 gate + 128 up or 256 down columns.
+//   moe_wgmma_k — sm_90a, 128-row tiles (prefill), one persistent block an SM: a producer warpgroup
+//                 gathers the activation rows with cp.async (gate/up) or brings them as one TMA box
+//                 (down: a tile's rows are contiguous), and the weights with TMA, into 4 stages; two
+//                 consumer warpgroups (64 rows each) run wgmma on 128 gate + 128 up or 256 down
+//                 columns.
 // The gate/up kernels read both projections and apply SiLU-and-multiply in their epilogue. Each
 // output element sums its reduction in one fixed order (k16 steps in index order, no split-K), so
 // a token's row never depends on the batch or on the body that ran it.
 #include <cuda_bf16.h>
+
+#include <algorithm>
 
 #include "platform/cuda/moe_gemm.h"
 #include "platform/cuda/sm90.cuh"
@@ -184,9 +187,13 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
   launch_stages<BM, kGated, 4, 1>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
 }
 // ==== Body 2: wgmma + TMA (sm_90a), 128-row tiles ============================================
-// 384 threads: warpgroup 0 produces (gate/up: every thread gathers its activation chunks with
-// cp.async and arrives on the stage's barrier when they land, thread 0 brings the weight boxes with
-// TMA; down: thread 0 brings the tile's 128 contiguous rows as one TMA box, then the weights),
+// Persistent: one block an SM takes jobs (tile, column slice): its first is blockIdx.x, the next
+// ones come from the plan's counter (so jobs start in the order the hardware would start blocks,
+// and an expert's tiles run together), and the producer brings a job's first stages while the
+// consumers store the last one's outputs. Thread 0 hands each job to the other threads through a
+// two-slot ring in shared memory. 384 threads: warpgroup 0 produces (gate/up: every thread gathers its activation chunks
+// with cp.async and arrives on the stage's barrier when they land, thread 0 brings the weight boxes
+// with TMA; down: thread 0 brings the tile's 128 contiguous rows as one TMA box, then the weights),
 // warpgroups 1 and 2 consume (rows [64·wg, +64) of the tile). A stage: A [128 rows][64] then each
 // weight matrix [BNW rows][64], 128-byte swizzled, K-major (the layout TMA writes and wgmma reads).
 // Past a down tile's own rows the box holds the next rows (or zeros past h's end): they only reach
@@ -201,7 +208,8 @@ struct Cfg {
   static constexpr int kABytes = BM * BK * 2;                 // 16 KB
   static constexpr int kBBytes = BNW * BK * 2;                // 16 / 32 KB per weight matrix
   static constexpr int kStageBytes = kABytes + kB * kBBytes;  // 48 KB
-  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kStages * 8;
+  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kStages * 8 + 4 * 8 + 2 * 4;
+  static constexpr int kJobReaders = (kGated ? 127 : 0) + 256;  // every thread but 0 that takes jobs
 };
 
 // tw0 (and tw1 = up): the weights [E, N, Kd] as a 3-D map, boxes of 64 × BNW × 1; ta (down): h
@@ -214,109 +222,144 @@ __global__ void __launch_bounds__(kThreads, 1)
   gpu::pdl_enter();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kGated>;
-  // Blocks go tile by tile, each tile's column slices together: its activation rows are read from
+  // Jobs go tile by tile, each tile's column slices together: its activation rows are read from
   // memory once, and an expert's tiles (adjacent) share each weight slice in the L2.
-  const int slices = N / C::BNW, tile = blockIdx.x / slices;
-  if (tile >= *plan.num_tiles) return;
+  const int slices = N / C::BNW, jobs = *plan.num_tiles * slices, nk = Kd / BK;
   extern __shared__ uint8_t smem_wg[];
   const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u, bars = base + kStages * C::kStageBytes;
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
-  const int e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
-  const int nrows = min(BM, plan.offsets[e + 1] - r0);
-  const int n0 = (blockIdx.x - tile * slices) * C::BNW, nk = Kd / BK;
+  auto job_full = [&](int k) { return bars + 8u * (2 * kStages + (k & 1)); };
+  auto job_empty = [&](int k) { return bars + 8u * (2 * kStages + 2 + (k & 1)); };
+  int* const job_slot = reinterpret_cast<int*>(smem_wg + (bars - smem_u32(smem_wg)) + 8 * (2 * kStages + 4));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       // gate/up: the producers' cp.async arrivals + thread 0's expect_tx; down: thread 0's alone
       mbar_init(full(s), kGated ? 128 + 1 : 1);
-      mbar_init(empty(s), nrows > 64 ? 256 : 128);  // every working consumer thread releases the stage
+      mbar_init(empty(s), 256);  // every consumer thread releases each stage it was handed
     }
+    for (int k = 0; k < 2; ++k) mbar_init(job_full(k), 1), mbar_init(job_empty(k), C::kJobReaders);
     fence_mbarrier_init();
   }
   __syncthreads();
+  // The k-th job of this block: thread 0 fetches and publishes it, the others take it from the ring.
+  int fetched = blockIdx.x;
+  auto next_job = [&](int k) {
+    if (tid == 0) {
+      const int job = fetched;
+      if (k >= 2) mbar_wait(job_empty(k), ((k >> 1) - 1) & 1);
+      job_slot[k & 1] = job;
+      mbar_arrive(job_full(k));
+      if (job < jobs) fetched = int(gridDim.x) + atomicAdd(plan.jobs + (kGated ? 0 : 1), 1);
+      return job;
+    }
+    mbar_wait(job_full(k), (k >> 1) & 1);
+    const int job = *static_cast<volatile int*>(job_slot + (k & 1));
+    mbar_arrive(job_empty(k));
+    return job;
+  };
+  // Stage uses count on across jobs (it): stage it % kStages, its phase (it / kStages) & 1.
 
   if (warp < 4) {  // ---- producer
-    setmaxnreg_dec<40>();
-    if constexpr (kGated) {  // every producer thread: chunk column tid % 8 of rows tid / 8 + 16 i
-      const int c = tid & 7;
-      int row[BM / 16];  // the token row in x, −1: past the tile's rows (zero-filled)
+    setmaxnreg_dec<72>();  // 128 · 72 + 256 · 216 = 384 · 168, the registers the block holds
+    if (!kGated && tid != 0) return;
+    for (int k = 0, it = 0;; ++k) {
+      const int job = next_job(k);
+      if (job >= jobs) break;
+      const int tile = job / slices, e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+      const int n0 = (job - tile * slices) * C::BNW;
+      // gate/up: this thread gathers chunk column tid % 8 of rows tid / 8 + 16 i (the token row in
+      // x, −1: past the tile's rows, zero-filled)
+      [[maybe_unused]] const int c = tid & 7;
+      [[maybe_unused]] int row[kGated ? BM / 16 : 1];
+      if constexpr (kGated) {
+        const int nrows = min(BM, plan.offsets[e + 1] - r0);
 #pragma unroll
-      for (int i = 0; i < BM / 16; ++i) {
-        const int r = (tid >> 3) + 16 * i;
-        row[i] = r < nrows ? plan.rows[r0 + r] / topk : -1;
-      }
-      for (int kt = 0; kt < nk; ++kt) {
-        const int s = kt % kStages;
-        if (kt >= kStages) mbar_wait(empty(s), (kt / kStages - 1) & 1);
-        const uint32_t sa = base + s * C::kStageBytes;
-#pragma unroll
-        for (int i = 0; i < BM / 16; ++i)
-          cp_async(sa + swz128((tid >> 3) + 16 * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8, row[i] >= 0);
-        cp_async_mbar_arrive(full(s));
-        if (tid == 0) {
-          mbar_expect_tx(full(s), C::kB * C::kBBytes);
-          tma_load_3d(sa + C::kABytes, &tw0, full(s), kt * BK, n0, e);
-          tma_load_3d(sa + C::kABytes + C::kBBytes, &tw1, full(s), kt * BK, n0, e);
+        for (int i = 0; i < BM / 16; ++i) {
+          const int r = (tid >> 3) + 16 * i;
+          row[i] = r < nrows ? plan.rows[r0 + r] / topk : -1;
         }
       }
-    } else if (tid == 0) {  // thread 0: the tile's rows as one box, then the weights
-      for (int kt = 0; kt < nk; ++kt) {
-        const int s = kt % kStages;
-        if (kt >= kStages) mbar_wait(empty(s), (kt / kStages - 1) & 1);
+      for (int kt = 0; kt < nk; ++kt, ++it) {
+        const int s = it % kStages;
+        if (it >= kStages) mbar_wait(empty(s), (it / kStages - 1) & 1);
         const uint32_t sa = base + s * C::kStageBytes;
-        mbar_expect_tx(full(s), C::kABytes + C::kBBytes);
-        tma_load_3d(sa, &ta, full(s), kt * BK, r0, 0);
-        tma_load_3d(sa + C::kABytes, &tw0, full(s), kt * BK, n0, e);
+        if constexpr (kGated) {
+#pragma unroll
+          for (int i = 0; i < BM / 16; ++i)
+            cp_async(sa + swz128((tid >> 3) + 16 * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8,
+                     row[i] >= 0);
+          cp_async_mbar_arrive(full(s));
+        }
+        if (tid == 0) {
+          mbar_expect_tx(full(s), (kGated ? 0 : C::kABytes) + C::kB * C::kBBytes);
+          if constexpr (!kGated) tma_load_3d(sa, &ta, full(s), kt * BK, r0, 0);
+          tma_load_3d(sa + C::kABytes, &tw0, full(s), kt * BK, n0, e);
+          if constexpr (kGated) tma_load_3d(sa + C::kABytes + C::kBBytes, &tw1, full(s), kt * BK, n0, e);
+        }
       }
     }
   } else {  // ---- consumers
     const int wg = (warp >> 2) - 1, wl = warp & 3;
-    if (wg * 64 >= nrows) return;  // an expert's last tile of ≤ 64 rows: one warpgroup does it
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<216>();
     float acc[C::kB][C::BNW / 2];
-#pragma unroll
-    for (int b = 0; b < C::kB; ++b)
-#pragma unroll
-      for (int i = 0; i < C::BNW / 2; ++i) acc[b][i] = 0.f;
-    for (int kt = 0; kt < nk; ++kt) {
-      const int s = kt % kStages;
-      mbar_wait(full(s), (kt / kStages) & 1);
-      if constexpr (kGated) fence_proxy_async();  // the cp.async (generic proxy) rows → wgmma (async proxy)
-      const uint32_t sa = base + s * C::kStageBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        const uint64_t da = sw128_desc(sa + wg * 64 * 128 + kk * 32, 16, 1024);
-#pragma unroll
-        for (int b = 0; b < C::kB; ++b) {
-          const uint64_t db = sw128_desc(sa + C::kABytes + b * C::kBBytes + kk * 32, 16, 1024);
-          if constexpr (C::BNW == 256) wgmma_m64n256k16_ss<0, 0>(acc[b], da, db, 1);
-          else wgmma_m64n128k16_ss<0, 0>(acc[b], da, db, 1);
+    for (int k = 0, it = 0;; ++k) {
+      const int job = next_job(k);
+      if (job >= jobs) break;
+      const int tile = job / slices, e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+      const int n0 = (job - tile * slices) * C::BNW, nrows = min(BM, plan.offsets[e + 1] - r0);
+      if (wg * 64 >= nrows) {  // an expert's last tile of ≤ 64 rows: the other warpgroup does it
+        for (int kt = 0; kt < nk; ++kt, ++it) {
+          mbar_wait(full(it % kStages), (it / kStages) & 1);
+          mbar_arrive(empty(it % kStages));
         }
+        continue;
       }
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous stage's products are done: hand it back
-      if (kt > 0) mbar_arrive(empty((kt - 1) % kStages));
-    }
-    wgmma_wait<0>();
 #pragma unroll
-    for (int b = 0; b < C::kB; ++b) reg_fence(acc[b]);
-
-    // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
+      for (int b = 0; b < C::kB; ++b)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wg * 64 + wl * 16 + (lane >> 2) + 8 * h;
-      if (r >= nrows) continue;
-      bf16* o = out + size_t(r0 + r) * N + n0 + 2 * (lane & 3);
+        for (int i = 0; i < C::BNW / 2; ++i) acc[b][i] = 0.f;
+      for (int kt = 0; kt < nk; ++kt, ++it) {
+        const int s = it % kStages;
+        mbar_wait(full(s), (it / kStages) & 1);
+        if constexpr (kGated) fence_proxy_async();  // the cp.async (generic proxy) rows → wgmma (async proxy)
+        const uint32_t sa = base + s * C::kStageBytes;
+        wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < C::BNW / 8; ++j) {
-        float v0 = acc[0][4 * j + 2 * h], v1 = acc[0][4 * j + 2 * h + 1];
-        if constexpr (kGated) {
-          v0 = silu_mul(v0, acc[C::kB - 1][4 * j + 2 * h]);
-          v1 = silu_mul(v1, acc[C::kB - 1][4 * j + 2 * h + 1]);
+        for (int kk = 0; kk < BK / 16; ++kk) {
+          const uint64_t da = sw128_desc(sa + wg * 64 * 128 + kk * 32, 16, 1024);
+#pragma unroll
+          for (int b = 0; b < C::kB; ++b) {
+            const uint64_t db = sw128_desc(sa + C::kABytes + b * C::kBBytes + kk * 32, 16, 1024);
+            if constexpr (C::BNW == 256) wgmma_m64n256k16_ss<0, 0>(acc[b], da, db, 1);
+            else wgmma_m64n128k16_ss<0, 0>(acc[b], da, db, 1);
+          }
         }
-        *reinterpret_cast<uint32_t*>(o + 8 * j) = pack_bf16(v0, v1);
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous stage's products are done: hand it back
+        if (kt > 0) mbar_arrive(empty((it - 1) % kStages));
+      }
+      wgmma_wait<0>();
+      mbar_arrive(empty((it - 1) % kStages));
+#pragma unroll
+      for (int b = 0; b < C::kB; ++b) reg_fence(acc[b]);
+
+      // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wg * 64 + wl * 16 + (lane >> 2) + 8 * h;
+        if (r >= nrows) continue;
+        bf16* o = out + size_t(r0 + r) * N + n0 + 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < C::BNW / 8; ++j) {
+          float v0 = acc[0][4 * j + 2 * h], v1 = acc[0][4 * j + 2 * h + 1];
+          if constexpr (kGated) {
+            v0 = silu_mul(v0, acc[C::kB - 1][4 * j + 2 * h]);
+            v1 = silu_mul(v1, acc[C::kB - 1][4 * j + 2 * h + 1]);
+          }
+          *reinterpret_cast<uint32_t*>(o + 8 * j) = pack_bf16(v0, v1);
+        }
       }
     }
   }
@@ -345,7 +388,7 @@ void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, i
   }();
   (void)attr;
   const CUtensorMap t0 = weight_map(w0, E, N, Kd, C::BNW), t1 = kGated ? weight_map(w1, E, N, Kd, C::BNW) : t0;
-  const unsigned grid = unsigned(max_tiles * (N / C::BNW));
+  const unsigned grid = unsigned(std::min<int64_t>(max_tiles * (N / C::BNW), device_sms()));  // one block an SM
   const CUtensorMap ta = kGated ? t0 : weight_map(a, 1, a_rows, Kd, BM);
   gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, static_cast<const bf16*>(a), topk,
               plan, int(N), int(Kd), static_cast<bf16*>(out));

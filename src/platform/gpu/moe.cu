@@ -287,7 +287,7 @@ __device__ int place_experts(int mine, int E, int bm, int* rows, int* tiles, con
     if (write) {
       plan.offsets[tid] = off;
       for (int j = 0; j < my_tiles; ++j) plan.tiles[2 * (t0 + j)] = tid, plan.tiles[2 * (t0 + j) + 1] = off + j * bm;
-      if (tid == E - 1) plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid];
+      if (tid == E - 1) plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid], plan.jobs[0] = plan.jobs[1] = 0;
     }
   }
   __syncthreads();
@@ -518,7 +518,8 @@ MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
   p.pos = p.rows + n;
   p.tiles = p.pos + n;
   p.num_tiles = p.tiles + 2 * moe_max_tiles(n, E, bm);
-  p.counts = p.num_tiles + 1;
+  p.jobs = p.num_tiles + 1;
+  p.counts = p.jobs + 2;
   return p;
 }
 
