@@ -191,9 +191,11 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
 // ones come from the plan's counter (so jobs start in the order the hardware would start blocks,
 // and an expert's tiles run together), and the producer brings a job's first stages while the
 // consumers store the last one's outputs. Thread 0 hands each job to the other threads through a
-// two-slot ring in shared memory. 384 threads: warpgroup 0 produces (gate/up: every thread gathers its activation chunks
-// with cp.async and arrives on the stage's barrier when they land, thread 0 brings the weight boxes
-// with TMA; down: thread 0 brings the tile's 128 contiguous rows as one TMA box, then the weights),
+// two-slot ring in shared memory. The last block to finish sets the counters back to 0, so a plan
+// serves any number of launches.
+// 384 threads: warpgroup 0 produces (gate/up: every thread gathers its activation chunks with
+// cp.async and arrives on the stage's barrier when they land, thread 0 brings the weight boxes with
+// TMA; down: thread 0 brings the tile's 128 contiguous rows as one TMA box, then the weights),
 // warpgroups 1 and 2 consume (rows [64·wg, +64) of the tile). A stage: A [128 rows][64] then each
 // weight matrix [BNW rows][64], 128-byte swizzled, K-major (the layout TMA writes and wgmma reads).
 // Past a down tile's own rows the box holds the next rows (or zeros past h's end): they only reach
@@ -245,13 +247,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   // The k-th job of this block: thread 0 fetches and publishes it, the others take it from the ring.
   int fetched = blockIdx.x;
+  int* const counters = plan.jobs + (kGated ? 0 : 2);  // jobs handed out past gridDim.x, blocks done
   auto next_job = [&](int k) {
     if (tid == 0) {
       const int job = fetched;
       if (k >= 2) mbar_wait(job_empty(k), ((k >> 1) - 1) & 1);
       job_slot[k & 1] = job;
       mbar_arrive(job_full(k));
-      if (job < jobs) fetched = int(gridDim.x) + atomicAdd(plan.jobs + (kGated ? 0 : 1), 1);
+      if (job < jobs) {
+        fetched = int(gridDim.x) + atomicAdd(counters, 1);
+      } else {
+        __threadfence();  // this block's last fetch comes before its "done"
+        if (atomicAdd(counters + 1, 1) == int(gridDim.x) - 1) atomicExch(counters, 0), atomicExch(counters + 1, 0);
+      }
       return job;
     }
     mbar_wait(job_full(k), (k >> 1) & 1);
@@ -388,7 +396,8 @@ void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, i
   }();
   (void)attr;
   const CUtensorMap t0 = weight_map(w0, E, N, Kd, C::BNW), t1 = kGated ? weight_map(w1, E, N, Kd, C::BNW) : t0;
-  const unsigned grid = unsigned(std::min<int64_t>(max_tiles * (N / C::BNW), device_sms()));  // one block an SM
+  // One block an SM (at most one a job).
+  const unsigned grid = unsigned(std::min<int64_t>(max_tiles * (N / C::BNW), device_sms()));
   const CUtensorMap ta = kGated ? t0 : weight_map(a, 1, a_rows, Kd, BM);
   gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, static_cast<const bf16*>(a), topk,
               plan, int(N), int(Kd), static_cast<bf16*>(out));

@@ -287,7 +287,7 @@ __device__ int place_experts(int mine, int E, int bm, int* rows, int* tiles, con
     if (write) {
       plan.offsets[tid] = off;
       for (int j = 0; j < my_tiles; ++j) plan.tiles[2 * (t0 + j)] = tid, plan.tiles[2 * (t0 + j) + 1] = off + j * bm;
-      if (tid == E - 1) plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid], plan.jobs[0] = plan.jobs[1] = 0;
+      if (tid == E - 1) plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid], plan.jobs[0] = plan.jobs[1] = plan.jobs[2] = plan.jobs[3] = 0;
     }
   }
   __syncthreads();
@@ -519,7 +519,7 @@ MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
   p.tiles = p.pos + n;
   p.num_tiles = p.tiles + 2 * moe_max_tiles(n, E, bm);
   p.jobs = p.num_tiles + 1;
-  p.counts = p.jobs + 2;
+  p.counts = p.jobs + 4;
   return p;
 }
 

@@ -50,7 +50,7 @@ struct MoePlan {
   int32_t* pos = nullptr;        // [T·K]
   int32_t* tiles = nullptr;      // [2 · max_tiles]
   int32_t* num_tiles = nullptr;  // [1]
-  int32_t* jobs = nullptr;       // [2]: the job counters of the persistent gate/up and down GEMMs (zeroed with the plan)
+  int32_t* jobs = nullptr;       // [4]: the persistent gate/up and down GEMMs' job and done counters (0 between launches)
   int32_t* counts = nullptr;     // [moe_align_blocks(T·K), E]: slots per block and expert (many-block plans)
 };
 // The most row tiles of bm rows that n slots over E experts can need.
@@ -65,7 +65,7 @@ inline int64_t moe_align_blocks(int64_t n) { return n > kMoeAlignChunk ? (n + kM
 // Int32 words of device memory a plan for n slots, E experts, tiles of bm rows needs.
 inline int64_t moe_plan_words(int64_t n, int64_t E, int64_t bm) {
   const int64_t blocks = moe_align_blocks(n);
-  return (E + 1) + 2 * n + 2 * moe_max_tiles(n, E, bm) + 1 + 2 + (blocks > 1 ? blocks * E : 0);
+  return (E + 1) + 2 * n + 2 * moe_max_tiles(n, E, bm) + 1 + 4 + (blocks > 1 ? blocks * E : 0);
 }
 MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm);
 void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& plan, cudaStream_t s);
