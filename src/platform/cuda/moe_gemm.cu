@@ -210,7 +210,8 @@ struct Cfg {
   static constexpr int kABytes = BM * BK * 2;                 // 16 KB
   static constexpr int kBBytes = BNW * BK * 2;                // 16 / 32 KB per weight matrix
   static constexpr int kStageBytes = kABytes + kB * kBBytes;  // 48 KB
-  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kStages * 8 + 4 * 8 + 2 * 4;
+  // After the stages: full[kStages], empty[kStages], job_full[2], job_empty[2] (mbarriers), job_slot[2].
+  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + (2 * kStages + 4) * 8 + 2 * 4;
   static constexpr int kJobReaders = (kGated ? 127 : 0) + 256;  // every thread but 0 that takes jobs
 };
 

@@ -287,7 +287,10 @@ __device__ int place_experts(int mine, int E, int bm, int* rows, int* tiles, con
     if (write) {
       plan.offsets[tid] = off;
       for (int j = 0; j < my_tiles; ++j) plan.tiles[2 * (t0 + j)] = tid, plan.tiles[2 * (t0 + j) + 1] = off + j * bm;
-      if (tid == E - 1) plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid], plan.jobs[0] = plan.jobs[1] = plan.jobs[2] = plan.jobs[3] = 0;
+      if (tid == E - 1) {
+        plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid];
+        for (int j = 0; j < 4; ++j) plan.jobs[j] = 0;
+      }
     }
   }
   __syncthreads();

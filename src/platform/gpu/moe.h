@@ -50,7 +50,7 @@ struct MoePlan {
   int32_t* pos = nullptr;        // [T·K]
   int32_t* tiles = nullptr;      // [2 · max_tiles]
   int32_t* num_tiles = nullptr;  // [1]
-  int32_t* jobs = nullptr;       // [4]: the persistent gate/up and down GEMMs' job and done counters (0 between launches)
+  int32_t* jobs = nullptr;       // [4]: the prefill GEMMs' job and done counters, gate/up then down (0 between launches)
   int32_t* counts = nullptr;     // [moe_align_blocks(T·K), E]: slots per block and expert (many-block plans)
 };
 // The most row tiles of bm rows that n slots over E experts can need.
