@@ -63,9 +63,10 @@ __global__ void rope_k(void* x, Elem e, int64_t T, int64_t heads, int64_t head_d
   for (int64_t h = 0; h < heads; ++h) {
     const size_t base = size_t(t * heads + h) * head_dim + off;
     const size_t i0 = base + rope_first(i, half, interleave), i1 = base + rope_second(i, half, interleave);
-    const float x0 = load_elem(x, e, i0), x1 = load_elem(x, e, i1);
-    store_elem(x, e, i0, x0 * c - x1 * s);
-    store_elem(x, e, i1, x0 * s + x1 * c);
+    float y0, y1;
+    rope_rotate(load_elem(x, e, i0), load_elem(x, e, i1), c, s, y0, y1);
+    store_elem(x, e, i0, y0);
+    store_elem(x, e, i1, y1);
   }
 }
 

@@ -28,9 +28,10 @@ struct LatentFinishParams {
   float inv_scale;              // 1 / the layer's scale
   int64_t T;
   int copy16 = 0;               // set by latent_finish: 16-byte chunks of a row when the write is a copy
+  bool q_pair32 = false;        // set by latent_finish: each q pair is two adjacent bf16 at a 4-byte boundary
 };
 
-// Whether one block holds a token's cos/sin (half ≤ the block size).
+// Whether the kernels hold a token's cos/sin in shared memory (half ≤ 128).
 bool latent_finish_fits(int64_t half);
 // The same bits as rmsnorm(kva, lora), rope(q), rope(kva, 1 head), cache_write(kva).
 void latent_finish(const LatentFinishParams& p, cudaStream_t s);

@@ -27,6 +27,19 @@ __device__ __forceinline__ float block_sum(float ss) {
   return part[0];
 }
 
+// block_sum's value for a block of kNormThreads threads, computed by one group of 32 lanes that
+// stands in for all of them: for each warp w in turn, block_sum_lane_part(ss, w, total) with ss as
+// lane l's share as thread 32·w + l, then block_sum_lane_total(total). The same trees in the same
+// order (a warp left out adds zeros, which cannot change a sum of squares).
+__device__ __forceinline__ void block_sum_lane_part(float ss, int w, float& total) {
+  for (int o = 16; o > 0; o >>= 1) ss += shfl_xor(ss, o);
+  if ((threadIdx.x & 31) == w) total = ss;
+}
+__device__ __forceinline__ float block_sum_lane_total(float total) {
+  for (int o = 16; o > 0; o >>= 1) total += shfl_xor(total, o);
+  return total;
+}
+
 __device__ __forceinline__ void rmsnorm_row(void* x, Elem e, size_t row, int64_t n, const void* w, Elem we,
                                             float eps) {
   float ss = 0;
@@ -43,6 +56,14 @@ __device__ __forceinline__ void rmsnorm_row(void* x, Elem e, size_t row, int64_t
 // Chunks of 8 a thread keeps in registers: rows of n ≤ kNormChunks · 8 · blockDim values.
 constexpr int kNormChunks = 4;
 
+// Chunk k of a row (values v) times inv and the weights: the output of every bf16 norm.
+__device__ __forceinline__ uint4 normed_bf16x8(const float (&v)[8], float inv, const void* w, Elem we, int64_t k) {
+  float o[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[j] = v[j] * inv * load_elem(w, we, size_t(k * 8 + j));
+  return pack_bf16x8(o);
+}
+
 // RMSNorm of a bf16 row held as chunks v[c] (chunk tid + c·blockDim of the row, c < chunks): the
 // row's Σx² in chunk order per thread, then block_sum; x = v · inv · w written back.
 __device__ __forceinline__ void rmsnorm_chunks_bf16(uint4* x, float (&v)[kNormChunks][8], int64_t chunks, int64_t n,
@@ -58,10 +79,7 @@ __device__ __forceinline__ void rmsnorm_chunks_bf16(uint4* x, float (&v)[kNormCh
   for (int c = 0; c < kNormChunks; ++c) {
     const int64_t k = threadIdx.x + c * int64_t(blockDim.x);
     if (k >= chunks) continue;
-    float o[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) o[j] = v[c][j] * inv * load_elem(w, we, size_t(k * 8 + j));
-    x[k] = pack_bf16x8(o);
+    x[k] = normed_bf16x8(v[c], inv, w, we, k);
   }
 }
 
