@@ -382,6 +382,7 @@ bool bench(const std::vector<MhaFastPath>& paths, double ceiling) {
       {"causal s=1024 h=128", 128, 1024, 1024, true},
       {"causal s=4096 h=128", 128, 4096, 4096, true},
       {"causal s=16384 h=128", 128, 16384, 16384, true},
+      {"causal s=4096 h=16 (V2-Lite)", 16, 4096, 4096, true},
       {"prefix chunk q=4096 k=4096 nomask", 128, 4096, 4096, false},
   };
   std::printf("\n%-36s %-16s %10s %9s %7s %7s  %s\n", "shape", "path", "us", "TFLOP/s", "ceil%", "spread",
