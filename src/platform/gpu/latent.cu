@@ -64,6 +64,57 @@ __device__ void finish_row(const LatentFinishParams& p, int64_t t, const float* 
   const int64_t n = p.lora;
   float total = 0.f;
   if constexpr (kBf16) {
+    if (p.row_short) {  // at most 64 chunks and 32 pairs: every load of the row first, one round trip
+      const uint4* r = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.kva) + row);
+      const uint4* wr = static_cast<const uint4*>(p.norm_w);
+      const int chunks = int(n / 8), half = int(p.half);
+      const bool c0 = lane < chunks, c1 = lane + 32 < chunks, pr = lane < half;
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      const uint4 u0 = c0 ? r[lane] : zero, u1 = c1 ? r[lane + 32] : zero;
+      const uint4 w0 = c0 ? wr[lane] : zero, w1 = c1 ? wr[lane + 32] : zero;
+      const size_t i0 = row + size_t(n) + rope_first(lane, half, p.interleave);
+      const size_t i1 = row + size_t(n) + rope_second(lane, half, p.interleave);
+      const float k0 = pr ? ld<true>(p.kva, p.kva_elem, i0) : 0.f, k1 = pr ? ld<true>(p.kva, p.kva_elem, i1) : 0.f;
+      float v0[8], v1[8], wv[8], ss = 0.f;
+      unpack_bf16x8(u0, v0);
+      unpack_bf16x8(u1, v1);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss += v0[j] * v0[j];  // a thread without a chunk adds zeros: ss stays 0
+      block_sum_lane_part(ss, 0, total);
+      if (chunks > 32) {
+        ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss += v1[j] * v1[j];
+        block_sum_lane_part(ss, 1, total);
+      }
+      const float inv = rsqrtf(block_sum_lane_total(total) / float(n) + p.eps);
+      uint4* x = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.kva) + row);
+      uint4* pool = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.pool) + dst);
+      auto put = [&](int k, const float (&v)[8], const uint4& w) {
+        unpack_bf16x8(w, wv);
+        const uint4 o = normed_bf16x8(v, inv, wv);
+        x[k] = o;
+        if (p.copy16) {
+          pool[k] = o;
+        } else {
+          float ov[8];
+          unpack_bf16x8(o, ov);
+#pragma unroll 1
+          for (int j = 0; j < 8; ++j) to_pool(8 * k + j, ov[j]);
+        }
+      };
+      if (c0) put(lane, v0, w0);
+      if (c1) put(lane + 32, v1, w1);
+      if (pr) {
+        float y0, y1;
+        rope_rotate(k0, k1, cs[lane], sn[lane], y0, y1);
+        st<true>(p.kva, p.kva_elem, i0, y0);
+        st<true>(p.kva, p.kva_elem, i1, y1);
+        to_pool(int64_t(i0 - row), rounded<true>(y0, p.kva_elem));
+        to_pool(int64_t(i1 - row), rounded<true>(y1, p.kva_elem));
+      }
+      return;
+    }
     const int64_t chunks = n / 8;
     const uint4* r = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.kva) + row);
 #pragma unroll 1
@@ -182,15 +233,15 @@ __global__ void __launch_bounds__(kNormThreads) latent_rows_k(LatentFinishParams
   // kBatch of them loaded before any is stored; lane l takes pairs l, l + 32, … of each.
   const int g = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), groups = int(blockDim.x >> 5);
   const int h0 = int(blockIdx.y) * kHeadGroup, nh = min(kHeadGroup, int(p.heads) - h0), items = tokens * nh;
+  // The block's q rows from its first token on: item offsets in 32 bits (kTokens · heads · q_head_dim).
+  void* const qb = static_cast<char*>(p.q) + size_t(t0 * p.heads) * size_t(p.q_head_dim) * elem_size(p.q_elem);
 #pragma unroll 1
   for (int j0 = g; j0 < items; j0 += kBatch * groups) {
-    size_t at[kBatch];  // item j0 + b·groups: its first rope column in q, and its token
-    int tk[kBatch];
+    uint32_t at[kBatch];  // item j0 + b·groups: its first rope column in qb
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int it = j0 + b * groups, t = it / nh;
-      tk[b] = t;
-      at[b] = size_t((t0 + t) * p.heads + h0 + it - t * nh) * size_t(p.q_head_dim) + size_t(p.q_rot);
+      at[b] = uint32_t((t * int(p.heads) + h0 + it - t * nh) * int(p.q_head_dim) + int(p.q_rot));
     }
 #pragma unroll 1
     for (int i = lane; i < half; i += 32) {
@@ -200,23 +251,24 @@ __global__ void __launch_bounds__(kNormThreads) latent_rows_k(LatentFinishParams
       for (int b = 0; b < kBatch; ++b) {
         if (j0 + b * groups >= items) break;
         if (kBf16 && p.q_pair32) {  // the pair's two bf16 side by side: one 32-bit load
-          const uint32_t v = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(p.q) + at[b] + f);
+          const uint32_t v = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(qb) + at[b] + f);
           x0[b] = fp::bf16_decode(uint16_t(v)), x1[b] = fp::bf16_decode(uint16_t(v >> 16));
         } else {
-          x0[b] = ld<kBf16>(p.q, p.q_elem, at[b] + f), x1[b] = ld<kBf16>(p.q, p.q_elem, at[b] + s);
+          x0[b] = ld<kBf16>(qb, p.q_elem, at[b] + f), x1[b] = ld<kBf16>(qb, p.q_elem, at[b] + s);
         }
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         if (j0 + b * groups >= items) break;
+        const int t = (j0 + b * groups) / nh;
         float y0, y1;
-        rope_rotate(x0[b], x1[b], cs[0][tk[b]][i], cs[1][tk[b]][i], y0, y1);
+        rope_rotate(x0[b], x1[b], cs[0][t][i], cs[1][t][i], y0, y1);
         if (kBf16 && p.q_pair32) {
-          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.q) + at[b] + f) =
+          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(qb) + at[b] + f) =
               uint32_t(fp::bf16_encode(y0)) | (uint32_t(fp::bf16_encode(y1)) << 16);
         } else {
-          st<kBf16>(p.q, p.q_elem, at[b] + f, y0);
-          st<kBf16>(p.q, p.q_elem, at[b] + s, y1);
+          st<kBf16>(qb, p.q_elem, at[b] + f, y0);
+          st<kBf16>(qb, p.q_elem, at[b] + s, y1);
         }
       }
     }
@@ -236,6 +288,8 @@ void latent_finish(const LatentFinishParams& params, cudaStream_t s) {
                  ? int(bytes / 16)
                  : 0;
   if (p.T < kRowsTokens) return launch(latent_token_k, unsigned(p.T), kNormThreads, 0, s, p);
+  p.row_short = p.norm_vec && p.norm_elem == Elem::BF16 && aligned16(p.norm_w) && p.lora <= 512 && p.half <= 32 &&
+                p.row_dim == p.lora + 2 * p.half;
   p.q_pair32 = p.interleave && p.q_elem == Elem::BF16 && p.q_head_dim % 2 == 0 && p.q_rot % 2 == 0 &&
                reinterpret_cast<uintptr_t>(p.q) % 4 == 0;
   const dim3 grid(unsigned((p.T + kTokens - 1) / kTokens),

@@ -28,6 +28,7 @@ struct LatentFinishParams {
   float inv_scale;              // 1 / the layer's scale
   int64_t T;
   int copy16 = 0;               // set by latent_finish: 16-byte chunks of a row when the write is a copy
+  bool row_short = false;       // set by latent_finish: a bf16 row of ≤ 512 + 64 columns, bf16 norm weights
   bool q_pair32 = false;        // set by latent_finish: each q pair is two adjacent bf16 at a 4-byte boundary
 };
 

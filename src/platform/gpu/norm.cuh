@@ -56,11 +56,19 @@ __device__ __forceinline__ void rmsnorm_row(void* x, Elem e, size_t row, int64_t
 // Chunks of 8 a thread keeps in registers: rows of n ≤ kNormChunks · 8 · blockDim values.
 constexpr int kNormChunks = 4;
 
-// Chunk k of a row (values v) times inv and the weights: the output of every bf16 norm.
+// Chunk k of a row (values v) times inv and its weights: the output of every bf16 norm, with the
+// weights read from w (each as it is used: the decode norms' code as measured) or given (wv, read
+// ahead by a caller), the same product either way.
 __device__ __forceinline__ uint4 normed_bf16x8(const float (&v)[8], float inv, const void* w, Elem we, int64_t k) {
   float o[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) o[j] = v[j] * inv * load_elem(w, we, size_t(k * 8 + j));
+  return pack_bf16x8(o);
+}
+__device__ __forceinline__ uint4 normed_bf16x8(const float (&v)[8], float inv, const float (&wv)[8]) {
+  float o[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[j] = v[j] * inv * wv[j];
   return pack_bf16x8(o);
 }
 
