@@ -22,7 +22,7 @@
 namespace mla::gpu {
 namespace {
 
-constexpr int kRowsTokens = 1024;             // tokens from which latent_rows_k runs
+constexpr int kRowsTokens = 1024;           // tokens from which latent_rows_k runs
 constexpr int kTokens = kNormThreads / 32;  // tokens a block: one per 32-lane group
 constexpr int kHeadGroup = 16;              // q heads a block rotates
 constexpr int kMaxHalf = 128;               // rotated pairs a head (shared memory: kTokens · kMaxHalf · 8 B)
