@@ -30,7 +30,7 @@ for t in $TARGETS; do
   else
     status=1
     echo "fuzz: $t: FAILED (exit $rc) after ${execs:-?} executions; input in $BUILD/crashes/:"
-    grep -E 'ERROR|SUMMARY|runtime error|==ABORTING|deadly signal|Test unit written' "$log" | head -20
+    grep -E 'ERROR|SUMMARY|runtime error|==ABORTING|deadly signal|Test unit written|requirement failed|terminate called|what\(\)' "$log" | head -20
     echo "  full log: $log"
   fi
 done

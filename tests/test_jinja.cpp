@@ -62,6 +62,9 @@ TEST(Jinja, LanguageCasesMatchJinja2) {
 TEST(Jinja, RaiseExceptionGivesItsMessage) {
   EXPECT_EQ(error_of("{{ raise_exception('Conversation roles must alternate') }}"), "Conversation roles must alternate");
   EXPECT_EQ(error_of("{% if true %}{{ raise_exception('two\nlines') }}{% endif %}"), "two\\nlines");
+  // An empty message still names what happened (an error's text is never empty).
+  EXPECT_EQ(error_of("{{ raise_exception('') }}"), "the template called raise_exception() without a message");
+  EXPECT_EQ(error_of("{{ raise_exception() }}"), "the template called raise_exception() without a message");
 }
 
 TEST(Jinja, UndefinedSemantics) {

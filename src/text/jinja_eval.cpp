@@ -1380,6 +1380,7 @@ void add_globals(Scope& root) {
   });
   root.vars["raise_exception"] = Value::callable("raise_exception", [](CallArgs& a) -> Value {
     const std::string msg = a.pos.empty() ? std::string() : py_str(a.pos[0]);
+    if (msg.empty()) throw Error("the template called raise_exception() without a message");
     throw Error(one_line(msg));
   });
   root.vars["strftime_now"] = Value::callable("strftime_now", [](CallArgs& a) -> Value {
