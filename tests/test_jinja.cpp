@@ -61,10 +61,13 @@ TEST(Jinja, LanguageCasesMatchJinja2) {
 
 TEST(Jinja, RaiseExceptionGivesItsMessage) {
   EXPECT_EQ(error_of("{{ raise_exception('Conversation roles must alternate') }}"), "Conversation roles must alternate");
-  EXPECT_EQ(error_of("{% if true %}{{ raise_exception('two\nlines') }}{% endif %}"), "two\\nlines");
+  EXPECT_EQ(error_of("{% if true %}{{ raise_exception('two\nlines') }}{% endif %}"), "two\\x0alines");
   // An empty message still names what happened (an error's text is never empty).
   EXPECT_EQ(error_of("{{ raise_exception('') }}"), "the template called raise_exception() without a message");
   EXPECT_EQ(error_of("{{ raise_exception() }}"), "the template called raise_exception() without a message");
+  // Control bytes are escaped (a NUL first made the text look empty); a long message is cut.
+  EXPECT_EQ(error_of(std::string("{{ raise_exception('\0a') }}", 27)), "\\x00a");
+  EXPECT_EQ(error_of("{{ raise_exception('" + std::string(500, 'x') + "') }}"), std::string(400, 'x') + "...");
 }
 
 TEST(Jinja, UndefinedSemantics) {

@@ -5,20 +5,13 @@
 #include <fmt/format.h>
 
 #include "cli_util.h"
+#include "mla/error.h"
 
 namespace mla::cli {
 namespace {
 
 // An item of the user's text for a one-line message: control bytes escaped, long items cut.
-std::string shown(std::string_view s) {
-  constexpr size_t kMax = 40;
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
-    const auto u = static_cast<unsigned char>(s[i]);
-    out += u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, s[i]);
-  }
-  return s.size() > kMax ? out + "..." : out;
-}
+std::string shown(std::string_view s) { return mla::printable_line(s, 40); }
 
 }  // namespace
 

@@ -7,12 +7,7 @@
 
 // An error as exactly one line on stderr, whatever bytes the message quotes from the input.
 static void print_error(const std::string& what) {
-  std::string line;
-  for (char c : what) {
-    const auto u = static_cast<unsigned char>(c);
-    line += u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, c);
-  }
-  std::fprintf(stderr, "mla: %s\n", line.c_str());
+  std::fprintf(stderr, "mla: %s\n", mla::printable_line(what).c_str());
 }
 
 int main(int argc, char** argv) {

@@ -19,7 +19,6 @@ namespace {
 
 using json = nlohmann::json;
 using detail::Fields;
-using detail::one_line;
 using detail::show;
 
 // Reads a rope_scaling / rope_parameters object into `rs` (and rope_theta, for the new form).
@@ -181,7 +180,7 @@ AttentionConfig parse_text_impl(std::string_view text, const std::string& src) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", src, one_line(e.what()));
+    fail("{}: not valid JSON: {}", src, e.what());
   }
   return parse_impl(j, src);
 }

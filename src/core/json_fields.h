@@ -21,12 +21,6 @@ inline std::string show(const json& v) {
   return s;
 }
 
-inline std::string one_line(std::string s) {
-  for (char& ch : s)
-    if (ch == '\n' || ch == '\r') ch = ' ';
-  return s;
-}
-
 // Reads the fields of one JSON object; `src` names the input in errors ("config.json" or a path)
 // and `prefix` the object inside it ("" or "rope_scaling.").
 class Fields {

@@ -62,24 +62,7 @@ const StDtype* find_st_dtype(const std::string& s) {
 
 // A name or string from a file, quoted for a one-line message: control bytes escaped, long
 // strings shortened (at a UTF-8 boundary).
-std::string q(std::string_view s) {
-  constexpr size_t kMax = 120;
-  bool cut = s.size() > kMax;
-  if (cut) {
-    size_t n = kMax;
-    while (n > 0 && (uint8_t(s[n]) & 0xC0) == 0x80) --n;
-    s = s.substr(0, n);
-  }
-  std::string out = "'";
-  for (char c : s) {
-    uint8_t u = uint8_t(c);
-    if (u < 0x20 || u == 0x7f)
-      out += fmt::format("\\x{:02x}", u);
-    else
-      out += c;
-  }
-  return out + (cut ? "...'" : "'");
-}
+std::string q(std::string_view s) { return "'" + printable_line(s, 120) + "'"; }
 
 // Arbitrary bytes (e.g. a JSON parser message quoting the file) as printable ASCII, one line.
 std::string printable(std::string_view s) {

@@ -73,7 +73,7 @@ ModelConfig parse_model_config_text(std::string_view text, const std::string& sr
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", src, detail::one_line(e.what()));
+    fail("{}: not valid JSON: {}", src, e.what());
   }
   ModelConfig m;
   m.attn = parse_attention_config(j);  // names the field; re-label errors with the file

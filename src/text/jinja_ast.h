@@ -74,7 +74,7 @@ struct Program {
 // The filters and tests the evaluator knows (the parser refuses others, as jinja2 does).
 bool is_known_filter(std::string_view name);
 bool is_known_test(std::string_view name);
-// An error message on one line: "\n" and "\r" written as escapes.
-std::string one_line(const std::string& s);
+// The longest error message a template's text or render gives (a template may raise its own).
+inline constexpr size_t kMaxErrorBytes = 400;
 
 }  // namespace mla::text::jinja

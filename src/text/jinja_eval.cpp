@@ -21,21 +21,6 @@ constexpr int kMaxCallDepth = 100;               // macro recursion
 
 [[noreturn]] void fail_at(Pos p, const std::string& what) { fail("{}:{}: {}", p.line, p.col, what); }
 
-// An error message as one line (raise_exception's text may hold newlines).
-}  // namespace
-
-std::string one_line(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else out += c;
-  }
-  return out;
-}
-
-namespace {
-
 [[noreturn]] void fail_undefined(Pos p, const Value& v) {
   fail_at(p, v.s.empty() ? std::string("undefined value") : v.s);
 }
@@ -1381,7 +1366,7 @@ void add_globals(Scope& root) {
   root.vars["raise_exception"] = Value::callable("raise_exception", [](CallArgs& a) -> Value {
     const std::string msg = a.pos.empty() ? std::string() : py_str(a.pos[0]);
     if (msg.empty()) throw Error("the template called raise_exception() without a message");
-    throw Error(one_line(msg));
+    throw Error(msg);
   });
   root.vars["strftime_now"] = Value::callable("strftime_now", [](CallArgs& a) -> Value {
     if (a.pos.size() != 1 || a.pos[0].kind != Kind::String) fail("strftime_now() takes one format string");
@@ -1431,7 +1416,7 @@ std::string Template::render(const nlohmann::ordered_json& context) const {
   try {
     in.exec(program_->body, top, out);
   } catch (const Error& e) {  // messages quote template values: kept to one line
-    throw Error(one_line(e.what()));
+    throw Error(printable_line(e.what(), kMaxErrorBytes));
   }
   return out;
 }

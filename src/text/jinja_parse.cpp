@@ -1001,7 +1001,7 @@ Template Template::parse(std::string_view source) {
     auto program = std::make_shared<Program>(Parser(std::move(tokens)).run());
     return Template(std::move(program));
   } catch (const Error& e) {
-    throw Error(one_line(e.what()));
+    throw Error(printable_line(e.what(), kMaxErrorBytes));
   }
 }
 

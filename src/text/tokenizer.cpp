@@ -161,23 +161,6 @@ std::optional<std::string> config_token(const json& c, const char* key) {
   fail("tokenizer_config.json: {} is neither a string nor an object with content", key);
 }
 
-// An error message as one readable line: control characters escaped, and long (a quoted token of
-// a broken file can be huge) cut at a character boundary.
-std::string one_line(std::string_view what) {
-  std::string out;
-  for (size_t i = 0; i < what.size() && out.size() < 400; ++i) {
-    const auto c = uint8_t(what[i]);
-    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out += char(c);
-  }
-  if (out.size() >= 400) {
-    while (!out.empty() && (uint8_t(out.back()) & 0xC0) == 0x80) out.pop_back();
-    if (!out.empty() && uint8_t(out.back()) >= 0xC0) out.pop_back();
-    out += "...";
-  }
-  return out;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("{}: cannot read", path);
@@ -353,7 +336,7 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
   try {
     return from_json_unchecked(tokenizer_json, tokenizer_config_json);
   } catch (const Error& e) {
-    throw Error(one_line(e.what()));
+    throw Error(printable_line(e.what(), 400));  // a quoted token of a broken file can be huge
   }
 }
 
