@@ -1366,7 +1366,7 @@ void add_globals(Scope& root) {
   root.vars["raise_exception"] = Value::callable("raise_exception", [](CallArgs& a) -> Value {
     const std::string msg = a.pos.empty() ? std::string() : py_str(a.pos[0]);
     if (msg.empty()) throw Error("the template called raise_exception() without a message");
-    throw Error(msg);
+    throw Error(printable_line(msg, kMaxErrorBytes));  // cut before escaping: the text may be 64 MB
   });
   root.vars["strftime_now"] = Value::callable("strftime_now", [](CallArgs& a) -> Value {
     if (a.pos.size() != 1 || a.pos[0].kind != Kind::String) fail("strftime_now() takes one format string");
