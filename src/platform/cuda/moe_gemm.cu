@@ -6,7 +6,8 @@
 //                 gathers the activation rows with cp.async (gate/up) or brings them as one TMA box
 //                 (down: a tile's rows are contiguous), and the weights with TMA, into 4 stages; two
 //                 consumer warpgroups (64 rows each) run wgmma on 128 gate + 128 up or 256 down
-//                 columns.
+//                 columns; a warpgroup's 64 outputs rows leave through shared memory (stmatrix) and
+//                 TMA stores, 128 columns a round, unless some of them are past its expert's rows.
 // The gate/up kernels read both projections and apply SiLU-and-multiply in their epilogue. Each
 // output element sums its reduction in one fixed order (k16 steps in index order, no split-K), so
 // a token's row never depends on the batch or on the body that ran it.
@@ -210,18 +211,25 @@ struct Cfg {
   static constexpr int kABytes = BM * BK * 2;                 // 16 KB
   static constexpr int kBBytes = BNW * BK * 2;                // 16 / 32 KB per weight matrix
   static constexpr int kStageBytes = kABytes + kB * kBBytes;  // 48 KB
-  // After the stages: full[kStages], empty[kStages], job_full[2], job_empty[2] (mbarriers), job_slot[2].
-  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + (2 * kStages + 4) * 8 + 2 * 4;
+  // A consumer warpgroup's outputs on their way out: [2 chunks of 64 columns][64 rows][64], 128-byte
+  // swizzled (the layout of the TMA store); down's 256 columns go out in two rounds.
+  static constexpr int kOutBytes = 2 * 64 * 128;  // 16 KB a warpgroup
+  // After the stages: the two warpgroups' output buffers; full[kStages], empty[kStages], job_full[2],
+  // job_empty[2] (mbarriers), job_slot[2].
+  static constexpr int kSmemBytes =
+      1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kOutBytes + (2 * kStages + 4) * 8 + 2 * 4;
+  static_assert(kSmemBytes <= 227 * 1024, "an H200 block holds 227 KB of shared memory");
   static constexpr int kJobReaders = (kGated ? 127 : 0) + 256;  // every thread but 0 that takes jobs
 };
 
 // tw0 (and tw1 = up): the weights [E, N, Kd] as a 3-D map, boxes of 64 × BNW × 1; ta (down): h
-// [rows, Kd] as a 3-D map, boxes of 64 × 128 × 1 (gate/up gathers x from `a`).
+// [rows, Kd] as a 3-D map, boxes of 64 × 128 × 1 (gate/up gathers x from `a`); to: out [rows, N],
+// boxes of 64 × 64 × 1.
 template <bool kGated>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_wgmma_k(const __grid_constant__ CUtensorMap tw0, const __grid_constant__ CUtensorMap tw1,
-                const __grid_constant__ CUtensorMap ta, const bf16* a, int topk, gpu::MoePlan plan, int N, int Kd,
-                bf16* out) {
+                const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap to, const bf16* a,
+                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out) {
   gpu::pdl_enter();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kGated>;
@@ -229,7 +237,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // memory once, and an expert's tiles (adjacent) share each weight slice in the L2.
   const int slices = N / C::BNW, jobs = *plan.num_tiles * slices, nk = Kd / BK;
   extern __shared__ uint8_t smem_wg[];
-  const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u, bars = base + kStages * C::kStageBytes;
+  const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u, obuf = base + kStages * C::kStageBytes,
+                 bars = obuf + 2 * C::kOutBytes;
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
   auto job_full = [&](int k) { return bars + 8u * (2 * kStages + (k & 1)); };
@@ -246,18 +255,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  // The k-th job of this block: thread 0 fetches and publishes it, the others take it from the ring.
-  int fetched = blockIdx.x;
+  // The k-th job of this block: thread 0 claims and publishes it, the others take it from the ring.
+  // Thread 0 claims job k once it has issued job k − 1's last stage (the consumers are kStages
+  // stages from done), so a block takes its next job when it is nearly free.
   int* const counters = plan.jobs + (kGated ? 0 : 2);  // jobs handed out past gridDim.x, blocks done
   auto next_job = [&](int k) {
     if (tid == 0) {
-      const int job = fetched;
+      const int job = k == 0 ? int(blockIdx.x) : int(gridDim.x) + atomicAdd(counters, 1);
       if (k >= 2) mbar_wait(job_empty(k), ((k >> 1) - 1) & 1);
       job_slot[k & 1] = job;
       mbar_arrive(job_full(k));
-      if (job < jobs) {
-        fetched = int(gridDim.x) + atomicAdd(counters, 1);
-      } else {
+      if (job >= jobs) {
         __threadfence();  // this block's last fetch comes before its "done"
         if (atomicAdd(counters + 1, 1) == int(gridDim.x) - 1) atomicExch(counters, 0), atomicExch(counters + 1, 0);
       }
@@ -355,6 +363,44 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int b = 0; b < C::kB; ++b) reg_fence(acc[b]);
 
       // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
+      auto value = [&](int i) {  // output i of this thread's fragment
+        if constexpr (kGated) return silu_mul(acc[0][i], acc[1][i]);
+        else return acc[0][i];
+      };
+      if (wg * 64 + 64 <= nrows) {
+        // All 64 rows are the tile's own: through shared memory (stmatrix) and out by TMA, 128 columns
+        // a round, while the other warpgroup and the producer go on. The leader waits for its last
+        // store to have read the buffer before anyone writes it again.
+        const uint32_t ob = obuf + wg * C::kOutBytes;
+        const bool leader = wl == 0 && lane == 0;
+        // lane → the row address it gives stmatrix: row (lane & 7) + 8 h of its warp's 16, 8-column
+        // block t of the pair, for matrix i = lane / 8 = 2 t + h
+        const int mrow = wl * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), mcol = lane >> 4;
+#pragma unroll
+        for (int rd = 0; rd < C::BNW / 128; ++rd) {
+          if (leader) bulk_wait_read<0>();
+          named_bar_sync(1 + wg, 128);
+#pragma unroll
+          for (int j = 0; j < 16; j += 2) {
+            uint32_t r[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int f = 4 * (rd * 16 + j + (i >> 1)) + 2 * (i & 1);
+              r[i] = pack_bf16(value(f), value(f + 1));
+            }
+            const int cb = j + mcol;  // 8-column block of the round's 128 columns
+            stmatrix_x4(ob + (cb >> 3) * (64 * 128) + swz128(mrow, cb & 7), r);
+          }
+          fence_proxy_async();
+          named_bar_sync(1 + wg, 128);
+          if (leader) {
+            for (int c = 0; c < 2; ++c) tma_store_3d(&to, ob + c * (64 * 128), n0 + rd * 128 + c * 64, r0 + wg * 64, 0);
+            bulk_commit();
+          }
+        }
+        continue;
+      }
+      // An expert's last rows: stored straight from registers, row by row.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = wg * 64 + wl * 16 + (lane >> 2) + 8 * h;
@@ -362,15 +408,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         bf16* o = out + size_t(r0 + r) * N + n0 + 2 * (lane & 3);
 #pragma unroll
         for (int j = 0; j < C::BNW / 8; ++j) {
-          float v0 = acc[0][4 * j + 2 * h], v1 = acc[0][4 * j + 2 * h + 1];
-          if constexpr (kGated) {
-            v0 = silu_mul(v0, acc[C::kB - 1][4 * j + 2 * h]);
-            v1 = silu_mul(v1, acc[C::kB - 1][4 * j + 2 * h + 1]);
-          }
-          *reinterpret_cast<uint32_t*>(o + 8 * j) = pack_bf16(v0, v1);
+          *reinterpret_cast<uint32_t*>(o + 8 * j) = pack_bf16(value(4 * j + 2 * h), value(4 * j + 2 * h + 1));
         }
       }
     }
+    if (wl == 0 && lane == 0) bulk_wait<0>();  // the last stores are done before the block's memory goes
   }
 #else
   __trap();  // built without sm_90a: the host never picks this body then
@@ -400,8 +442,9 @@ void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, i
   // One block an SM (at most one a job).
   const unsigned grid = unsigned(std::min<int64_t>(max_tiles * (N / C::BNW), device_sms()));
   const CUtensorMap ta = kGated ? t0 : weight_map(a, 1, a_rows, Kd, BM);
-  gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, static_cast<const bf16*>(a), topk,
-              plan, int(N), int(Kd), static_cast<bf16*>(out));
+  const CUtensorMap to = weight_map(out, 1, a_rows * topk, N, 64);  // out [a_rows · topk, N]
+  gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, to, static_cast<const bf16*>(a),
+              topk, plan, int(N), int(Kd), static_cast<bf16*>(out));
 }
 
 bool available() {

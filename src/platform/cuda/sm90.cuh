@@ -132,6 +132,25 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+// One box of shared memory → a 3-D tensor map's global tensor (bulk group of this thread). The
+// writes that filled the box need fence_proxy_async and a barrier first.
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's bulk groups but the newest N have read their shared memory (it may be written again).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// ... and have completed.
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // ---- shared memory --------------------------------------------------------------------------
 __device__ __forceinline__ void st_shared_u16(uint32_t addr, uint16_t v) {
@@ -167,7 +186,15 @@ __device__ __forceinline__ uint32_t swz128(int row, int x) {
   return uint32_t(row * 128 + ((x ^ (row & 7)) << 4));
 }
 
-// ---- ldmatrix / mma.sync --------------------------------------------------------------------
+// ---- ldmatrix / stmatrix / mma.sync ---------------------------------------------------------
+// Four 8 × 8 b16 matrices → shared memory: register i of lane t is row t / 4, columns 2 (t % 4) + {0, 1}
+// of matrix i (an mma / wgmma accumulator fragment's layout); lanes 8i .. 8i + 7 give matrix i's row
+// addresses.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
