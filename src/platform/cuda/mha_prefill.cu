@@ -308,10 +308,13 @@ constexpr int kChunk = 128 * 128;       // bytes of one [128][64] bf16 chunk
 constexpr int kQBytes = 3 * kChunk;     // 49152
 constexpr int kKBytes = 3 * kChunk;     // 49152
 constexpr int kVBytes = 2 * kChunk;     // 32768
+constexpr int kOWarpBytes = 16 * 128;  // a consumer warp's O rows on their way out: [16 rows][64], swizzled
 // Barriers (8 bytes each): 0 Q full; 1,2 K full; 3,4 V full; 5,6 stage empty; 7 Q empty. Then the
 // block (next_block) and its request's segment, 5 ints.
 constexpr int kBarriers = 8;
-constexpr int kSmemBytes = 1024 /*alignment slack*/ + kQBytes + 2 * kKBytes + 2 * kVBytes + 8 * kBarriers + 32;
+constexpr int kSmemBytes =
+    1024 /*alignment slack*/ + kQBytes + 2 * kKBytes + 2 * kVBytes + 8 * kOWarpBytes + 8 * kBarriers + 32;
+static_assert(kSmemBytes <= 227 * 1024, "an H200 block holds 227 KB of shared memory");
 
 // First key of tile n: the last tile ends at klen (it then overlaps the previous one; keys below
 // n·BN are masked), so no TMA box reaches past the request's keys. Likewise the last query tile
@@ -321,6 +324,50 @@ __device__ __forceinline__ int tile_key0(const Req& q, int n) {
 }
 __device__ __forceinline__ int tile_query0(const Req& q, int m0) {
   return m0 + BM > q.qlen ? q.qlen - BM : m0;
+}
+
+// A consumer warp's 16 O rows (its m64n128 fragment, acc[4 nb + 2 r + {0, 1}] = row lane / 4 + 8 r,
+// columns 8 nb + 2 (lane % 4) + {0, 1}), divided by their sums, out as bf16: through the warp's own
+// 2 KB of shared memory, 64 columns a round (stmatrix, then 16-byte loads and stores, 8 lanes a row's
+// 128 bytes), where 4-byte stores straight from the fragment filled half of each 32-byte sector.
+// Rows outside [row_lo, qlen) are dropped. Same values as store_rows.
+__device__ __forceinline__ void store_rows_staged(const float (&acc)[64], const float (&mx)[2], const float (&l)[2],
+                                                  const Req& q, int qw, int row_lo, int h, int H, float scale,
+                                                  int lane, uint32_t buf, bf16* o, float* lse) {
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lt = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    inv[r] = lt > 0.f ? 1.f / lt : 0.f;
+    const int qi = qw + (lane >> 2) + 8 * r;
+    if ((lane & 3) == 0 && qi >= row_lo && qi < q.qlen)
+      lse[int64_t(q.q0 + qi) * H + h] = lt > 0.f ? mx[r] * scale + logf(lt) : -INFINITY;
+  }
+  // stmatrix: lane gives row (lane & 7) + 8 ((lane >> 3) & 1) of 8-column block (lane >> 4) of a pair
+  const int mrow = (lane & 7) + 8 * ((lane >> 3) & 1), mcol = lane >> 4;
+#pragma unroll
+  for (int rd = 0; rd < 2; ++rd) {
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+      uint32_t r4[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int f = 4 * (8 * rd + j + (i >> 1)) + 2 * (i & 1);
+        r4[i] = pack_bf16(acc[f] * inv[i & 1], acc[f + 1] * inv[i & 1]);
+      }
+      stmatrix_x4(buf + swz128(mrow, j + mcol), r4);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int rr = 4 * t + (lane >> 3), c = lane & 7, qi = qw + rr;
+      const uint4 v = ld_shared_v4(buf + swz128(rr, c));
+      if (qi >= row_lo && qi < q.qlen)
+        *reinterpret_cast<uint4*>(o + (int64_t(q.q0 + qi) * H + h) * DV + 64 * rd + 8 * c) = v;
+    }
+    __syncwarp();
+  }
 }
 
 // The blocks of the grid, in order: block I is request I / per_req's block I % per_req
@@ -342,7 +389,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!kPersistent || (!kOverlap && !kPingpong), "the persistent grid runs the plain loop");
   extern __shared__ uint8_t smem_wg[];
   const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u;
-  const uint32_t sQ = base, sK = sQ + kQBytes, sV = sK + 2 * kKBytes, bars = sV + 2 * kVBytes;
+  const uint32_t sQ = base, sK = sQ + kQBytes, sV = sK + 2 * kKBytes, sO = sV + 2 * kVBytes,
+                 bars = sO + 8 * kOWarpBytes;
   auto bar = [&](int i) { return bars + 8u * i; };
   // The block whose Q the Q buffer holds and its request's segment (written by the producer before
   // bar 0's arrival, read after its wait: the consumers load nothing from global memory per block).
@@ -382,11 +430,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int c = 0; c < 2; ++c) tma_load_3d(sV + s * kVBytes + c * kChunk, &tmv, bar(3 + s), c * 64, w.h, krow);
         ++g;
       };
-      int I_next = next_block<kPersistent>(p.sched, 0, per_req);
       for (int k = 0;; ++k) {
-        const int I = I_next;
-        // The next block's fetch goes out now; its answer is needed only after this block's tiles.
-        if (I < total) I_next = next_block<kPersistent>(p.sched, k + 1, per_req);
+        // Claimed only now, with the last block's key tiles all issued (its consumers are two tiles
+        // from done): a claim at the last block's start handed blocks out one block late, and with
+        // ~4 blocks a CTA (16 heads, s 4096) the CTAs' ends spread over a third of the kernel.
+        const int I = next_block<kPersistent>(p.sched, k, per_req);
         const Work w = I < total ? work_of(I) : Work{};
         const Req q = I < total ? load_req(p.seg, w.r) : Req{};
         const int m0 = w.m * BM;
@@ -563,7 +611,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   g += n_tiles;
-  store_rows<16, DV>(acc, mx, l, q, qi0, m0, w.h, H, p.softmax_scale, lane, o, p.lse);
+  store_rows_staged(acc, mx, l, q, qi0 - (lane >> 2), m0, w.h, H, p.softmax_scale, lane,
+                    sO + (warp - 4) * kOWarpBytes, o, p.lse);
   }
   }
 #else
