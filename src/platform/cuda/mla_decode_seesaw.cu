@@ -117,7 +117,6 @@ struct Seesaw {
   template <int C0, int C1, int kWg>
   __device__ __forceinline__ void qk(float (&s)[32], int buf, int phase, const uint32_t (&q8)[4][4],
                                      bool first) const {
-#pragma unroll
     const uint64_t dk = sw128_desc(sK[buf], 16, 1024), dq = sw128_desc(sQ, 16, 1024);
 #pragma unroll
     for (int c = C0; c < C1; ++c) {
