@@ -6,7 +6,7 @@
 //                 gathers the activation rows with cp.async (gate/up) or brings them as one TMA box
 //                 (down: a tile's rows are contiguous), and the weights with TMA, into 4 stages; two
 //                 consumer warpgroups (64 rows each) run wgmma on 128 gate + 128 up or 256 down
-//                 columns; a warpgroup's 64 outputs rows leave through shared memory (stmatrix) and
+//                 columns; a warpgroup's 64 output rows leave through shared memory (stmatrix) and
 //                 TMA stores, 128 columns a round, unless some of them are past its expert's rows.
 // The gate/up kernels read both projections and apply SiLU-and-multiply in their epilogue. Each
 // output element sums its reduction in one fixed order (k16 steps in index order, no split-K), so
