@@ -6,18 +6,27 @@
 // One warpgroup per CTA; the same KV tiles (mla_decode_tile.cuh), masking and split scheme as the
 // 64-row kernels.
 //
-// fp8 KV at 8 or 16 rows: the raw rows of the next tile come through registers (each thread loads
-// its share while the current tile's products run, and widens it into the one bf16 tile once they
-// are done), not through raw shared-memory stages. That leaves room for two CTAs per SM, so one
-// CTA's widening and softmax run under the other's loads and products; the schedule counts the
-// SM's two slots (narrow_ctas_per_sm).
+// fp8 KV at 8 or 16 rows: no bf16 tile at all. The raw e4m3 rows stream into two shared-memory
+// stages (raw_piece's layout, 36 KB each), and both products take the KV tile as their A operand
+// from registers, each thread loading and converting its own fragment (e4m3 → f16, one cvt a pair):
+//   Sᵀ = K · Qᵀ: thread (warp w, lane 4g + c) holds keys 16w + g + {0, 8}; the k index of a k16 step
+//     is permuted so that its four values 2c, 2c + 1, 2c + 8, 2c + 9 are the four neighbouring bytes
+//     16c + 4j + [0, 4) of the chunk (one 16-byte load covers the chunk's four steps). Q is stored in
+//     the same permuted order, so the sums are the dot products over all 576 columns.
+//   Oᵀ += Vᵀ · Pᵀ: the 16 keys of step kk are permuted the same way (logical 2c, 2c + 1, 2c + 8, 2c + 9
+//     = keys 16kk + c + {0, 4, 8, 12}), and the output rows too: logical rows g, g + 8 of blocks 2B
+//     and 2B + 1 are the dims 128B + 32w + 4g + [0, 4). One 4-byte load per key gives a thread four
+//     dims, and a byte permute pairs the keys. Pᵀ is written in the permuted key order.
+// So the tile passes through shared memory once each way instead of being widened into a 72 KB bf16
+// tile that both products then read (the 16-bit A operands read ~140 KB a tile), and two CTAs fit an
+// SM; the schedule counts the SM's two slots (narrow_ctas_per_sm).
 //
 // Those fp8 kernels multiply in f16, not bf16: e4m3 → f16 is one cvt per pair, against four for
-// bf16 (through f16 and f32), and the widening was a third of the kernel's instructions. Each Q row
-// is scaled by a power of two 2^k (exact) so that its largest |q| lies in [2^14, 2^15): every bf16
-// value of the row down to 2^-28 of that largest is then exactly an f16 value (smaller ones keep
-// fewer bits); S's row is scaled back by 2^-k with the softmax scale. Pᵀ goes in as P·2^15 in f16
-// (P ≤ 1; 11 significant bits against bf16's 8), and the output comes back by 2^-15.
+// bf16 (through f16 and f32). Each Q row is scaled by a power of two 2^k (exact) so that its largest
+// |q| lies in [2^14, 2^15): every bf16 value of the row down to 2^-28 of that largest is then exactly
+// an f16 value (smaller ones keep fewer bits); S's row is scaled back by 2^-k with the softmax scale.
+// Pᵀ goes in as P·2^15 in f16 (P ≤ 1; 11 significant bits against bf16's 8), and the output comes
+// back by 2^-15.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -40,6 +49,12 @@ __device__ __forceinline__ void wgmma_narrow(float (&d)[N / 2], uint64_t da, uin
   if constexpr (N == 8) wgmma_m64n8k16_ss<kTransA, 0, kF16>(d, da, db, scale_d);
   else if constexpr (N == 16) wgmma_m64n16k16_ss<kTransA, 0, kF16>(d, da, db, scale_d);
   else wgmma_m64n32k16_ss<kTransA, 0, kF16>(d, da, db, scale_d);
+}
+// The same with A (f16) from registers, N = 8 or 16.
+template <int N>
+__device__ __forceinline__ void wgmma_narrow_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  if constexpr (N == 8) wgmma_m64n8k16_rs<0, true>(d, a, db, scale_d);
+  else wgmma_m64n16k16_rs<0, true>(d, a, db, scale_d);
 }
 
 // The row reductions over the tile's 64 keys, in two steps around a barrier: stage_rows reduces
@@ -75,14 +90,15 @@ __device__ __forceinline__ float row_total(float init, uint32_t red, int row) {
 
 // grid (row tiles, splits, requests), 128 threads, NarrowSmem<N, kFp8>::kBytes dynamic smem.
 constexpr int kNarrowThreads = 128;
-// fp8 rows through registers (see above) at N ≤ 16.
+// fp8 tiles as register A operands (see above) at N ≤ 16.
 template <int N, bool kFp8>
-constexpr bool kRegStage = kFp8 && N <= 16;
+constexpr bool kRawA = kFp8 && N <= 16;
 template <int N, bool kFp8>
 struct NarrowSmem {
-  static constexpr int kQ = 0;                       // Q [9][N rows][64] bf16, swizzled
-  static constexpr int kKV = 9 * N * 128;            // the KV area: 2 stages, or 1 bf16 tile
-  static constexpr int kP = kKV + (kRegStage<N, kFp8> ? 1 : 2) * kTileBytes;  // Pᵀ [N][64] bf16 or f16
+  static constexpr int kQ = 0;             // Q [9][N rows][64] bf16 (kRawA: f16, permuted), swizzled
+  static constexpr int kKV = 9 * N * 128;  // the KV area: 2 bf16 stages, or 1 bf16 tile + 2 raw
+                                           // stages, or (kRawA) 2 raw stages in one tile's bytes
+  static constexpr int kP = kKV + (kRawA<N, kFp8> ? 1 : 2) * kTileBytes;  // Pᵀ [N][64] bf16 or f16
   static constexpr int kRed = kP + N * 128;          // f32 [4 warps][N] max, [4][N] sum
   static constexpr int kQScale = kRed + 2 * 4 * N * 4;  // f32 [N]: 2^-k of each Q row (f16 kernels)
   static constexpr int kBytes = kQScale + N * 4 + 1024;
@@ -92,9 +108,11 @@ struct NarrowSmem {
 __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }
 constexpr float kPScale = 32768.f;  // 2^15: Pᵀ's scale in the f16 kernels
 
-// The f16 kernels' Q (see the top): Q [9][N][64] bf16 at sQ → f16 in place, row r scaled by 2^k_r;
-// 2^−k_r → sScale[r]. N ≤ 16: the 8 threads of a row (tid / 8) are lanes of one warp, and a warp
-// holds either rows in all its lanes or none.
+// The f16 kernels' Q (see the top): Q [9][N][64] bf16 at sQ → f16 in place, row r scaled by 2^k_r
+// and its columns permuted as the raw K fragments are: the 16-byte piece `sub` of a chunk row (its
+// 32-bit words e = 0..3) takes the chunk's words 8e + sub. 2^−k_r → sScale[r]. N ≤ 16: the 8
+// threads of a row (tid / 8) are lanes of one warp, and a warp holds either rows in all its lanes
+// or none.
 template <int N>
 __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) {
   static_assert(N <= 16, "one pass of 128 threads over the rows");
@@ -114,79 +132,46 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
   // k: largest |q| · 2^k in [2^14, 2^15); 0 for a row of zeros or with an infinity.
   const int k = mx > 0.f && mx <= 3.4e38f ? min(100, max(-100, 14 - ((__float_as_int(mx) >> 23) - 127))) : 0;
   const float f = pow2(k);
+  uint32_t w[9][4];
+#pragma unroll
+  for (int i = 0; i < 9; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int src = 8 * e + sub;  // word of the chunk row
+      w[i][e] = ld_shared_u32(sQ + i * (N * 128) + swz128(row, src >> 2) + (src & 3) * 4);
+    }
+  __syncwarp();  // the row's 8 threads read all of it before any writes
 #pragma unroll
   for (int i = 0; i < 9; ++i) {
-    const uint32_t a = sQ + i * (N * 128) + swz128(row, sub);
-    const uint4 v = ld_shared_v4(a);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
     uint32_t h[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const __half2 x = __floats2half2_rn(__uint_as_float(w[e] << 16) * f, __uint_as_float(w[e] & 0xffff0000u) * f);
+      const __half2 x = __floats2half2_rn(__uint_as_float(w[i][e] << 16) * f, __uint_as_float(w[i][e] & 0xffff0000u) * f);
       h[e] = *reinterpret_cast<const uint32_t*>(&x);
     }
-    st_shared_v4(a, make_uint4(h[0], h[1], h[2], h[3]));
+    st_shared_v4(sQ + i * (N * 128) + swz128(row, sub), make_uint4(h[0], h[1], h[2], h[3]));
   }
   if (sub == 0) st_shared_f32(sScale + row * 4, pow2(-k));
 }
 
-// fp8, N ≤ 16: one tile's raw rows through this thread's registers, 4 threads per key (keys
-// tid / 4 and tid / 4 + 32), 16-byte pieces tid mod 4 + 4i (i < 9) of each 576-byte row. A tile's
-// slots are read a tile before its rows, so a row fetch waits for one memory round trip, not two.
-// (Prefetching the rows into the L2 a tile ahead as well, cp.async.bulk.prefetch, measured 14 %
-// slower on the H200.)
-struct RegTile {
-  static constexpr int kPieces = 18;
-  const uint8_t* kv;
-  const int32_t* slots;
-  int k_len, tid;
-  // The slots of this thread's two keys of tile t (−1 past the request).
-  __device__ __forceinline__ void slots_of(int t, int (&sl)[2]) const {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int kidx = t * kKeys + (tid >> 2) + 32 * h;
-      sl[h] = kidx < k_len ? __ldg(slots + kidx) : -1;
-    }
-  }
-  __device__ __forceinline__ void fetch(const int (&sl)[2], uint4 (&raw)[kPieces]) const {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const bool valid = sl[h] >= 0;
-      const uint4* row = reinterpret_cast<const uint4*>(kv + (valid ? size_t(sl[h]) * kD : 0));
-#pragma unroll
-      for (int i = 0; i < 9; ++i)
-        raw[9 * h + i] = valid ? __ldg(row + (tid & 3) + 4 * i) : make_uint4(0, 0, 0, 0);
-    }
-  }
-  // Widens the share into the f16 tile at sKV (piece tid mod 4 + 4i is columns 16·(tid mod 4) + …
-  // of chunk i: two 16-byte pieces of the swizzled row).
-  __device__ __forceinline__ void widen(const uint4 (&raw)[kPieces], uint32_t sKV) const {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < 9; ++i)
-        widen_fp8x16<true>(raw[9 * h + i], sKV + i * kChunkBytes, (tid >> 2) + 32 * h, tid & 3);
-  }
-};
-
 template <int N, bool kFp8>
-__global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
+__global__ void __launch_bounds__(kNarrowThreads, kRawA<N, kFp8> ? 2 : 1)
     mla_narrow_kernel(const KParams p) {
   using L = NarrowSmem<N, kFp8>;
-  constexpr bool kRegs = kRegStage<N, kFp8>;
-  constexpr bool kF16 = kRegs;  // f16 products (see the top)
-  constexpr int J = N / 8;      // 8-row groups
+  constexpr bool kRaw = kRawA<N, kFp8>;
+  constexpr bool kF16 = kRaw;  // f16 products (see the top)
+  constexpr int J = N / 8;     // 8-row groups
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = sbase + L::kQ;
-  const uint32_t sKV = sbase + L::kKV;     // bf16: [2 stages][64 keys][576]; fp8: [64][576] + raw
-  const uint32_t sRaw = sKV + kTileBytes;  // fp8 only: [2 stages][64 keys][576] e4m3
+  const uint32_t sKV = sbase + L::kKV;  // bf16: [2 stages][64 keys][576]; fp8: [64][576] + raw
+  const uint32_t sRaw = kRaw ? sKV : sKV + kTileBytes;  // fp8: [2 stages][64 keys][576] e4m3
   const uint32_t sP = sbase + L::kP;
   const uint32_t sMax = sbase + L::kRed;   // [4 warps][N] f32
   const uint32_t sSum = sMax + 4 * N * 4;  // [4 warps][N] f32
   const uint32_t sQScale = sbase + L::kQScale;
 
-  const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
   const int split = blockIdx.y, H = p.H;
   pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
   pdl_wait();  // launched by gpu::launch: every kernel before it in the stream has completed
@@ -204,6 +189,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       lim[j][c] = p.causal ? min(k_len, k_len - q_len + qi + 1) : k_len;
     }
   // Oᵀ block b: o[b][4j+e] = O[row 8j + 2(lane&3) + (e&1)][dim 64b + 16wi + lane/4 + 8(e>>1)]
+  // (kRaw: dim 128(b>>1) + 32wi + 4(lane/4) + 2(b&1) + (e>>1); see the top)
   float o[8][N / 2];
 #pragma unroll
   for (int b = 0; b < 8; ++b)
@@ -218,12 +204,10 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       l_run[j][c] = 0.f;
     }
 
-  KvTile<kNarrowThreads, kFp8> tile{p.kv, slots, k_len, sKV, sRaw, tid};
-  int sl[KvTile<kNarrowThreads, kFp8>::kPasses];  // slots of this thread's keys of the next tile
-  const RegTile regs{p.kv, slots, k_len, tid};
-  uint4 raw[kRegs ? RegTile::kPieces : 1];  // kRegs: the next tile's rows
-  int rsl[2];                                // kRegs: the slots of the tile after it
-  float sc[J][2];                            // S → log2 units, per row (kF16: × 2^−k of its Q row)
+  using Tile = KvTile<kNarrowThreads, kFp8, kRaw>;
+  const Tile tile{p.kv, slots, k_len, sKV, sRaw, tid};
+  int sl[Tile::kPasses];  // slots of this thread's keys of the next tile
+  float sc[J][2];         // S → log2 units, per row (kF16: × 2^−k of its Q row)
 #pragma unroll
   for (int j = 0; j < J; ++j)
 #pragma unroll
@@ -241,52 +225,67 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
           cp_async(sQ + i * (N * 128) + swz128(row, sub), valid ? src + i * 64 : p.q, valid);
       }
     }
-    if constexpr (kRegs) {
-      cp_async_commit();
-      regs.slots_of(t_begin, rsl);
-      regs.fetch(rsl, raw);
-      regs.slots_of(t_begin + 1, rsl);
-      cp_async_wait<0>();  // Q
-      q_to_f16<N>(sQ, sQScale, tid);
-      __syncthreads();
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) sc[j][c] *= ld_shared_f32(sQScale + (8 * j + 2 * (lane & 3) + c) * 4);
-    } else {
-      tile.start(t_begin, t_end, sl);
-    }
+    tile.start(t_begin, t_end, sl);  // Q lands with the first tile
 
     for (int t = t_begin; t < t_end; ++t) {
       const int stage = (t - t_begin) & 1;
       const bool more = t + 2 < t_end;
-      uint32_t kv_tile = sKV;
-      if constexpr (kRegs) {
-        regs.widen(raw, sKV);  // the tile is free: the last iteration ended with a barrier
-        fence_proxy_async();
-        __syncthreads();
-        if (t + 1 < t_end) {  // in flight during this tile's math
-          regs.fetch(rsl, raw);
-          regs.slots_of(t + 2, rsl);
+      if (more) tile.fetch(t + 2, sl);
+      const uint32_t kv_tile = tile.wait(stage, more, sl);
+      if constexpr (kRaw) {
+        if (t == t_begin) {
+          q_to_f16<N>(sQ, sQScale, tid);
+          fence_proxy_async();
+          __syncthreads();
+#pragma unroll
+          for (int j = 0; j < J; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) sc[j][c] *= ld_shared_f32(sQScale + (8 * j + 2 * (lane & 3) + c) * 4);
         }
-      } else {
-        if (more) tile.fetch(t + 2, sl);
-        kv_tile = tile.wait(stage, more, sl);
       }
 
       // ---- Sᵀ[64 keys][N rows] = K · Qᵀ
       float s[N / 2];
 #pragma unroll
       for (int i = 0; i < N / 2; ++i) s[i] = 0.f;
-      wgmma_fence();
-      const uint64_t dk = sw128_desc(kv_tile, 16, 1024), dq = sw128_desc(sQ, 16, 1024);
+      const uint64_t dq = sw128_desc(sQ, 16, 1024);
+      if constexpr (kRaw) {
+        // chunk i: this thread's 16 bytes of each of its two keys are the k16 steps j = 0..3 (word j:
+        // k 2c, 2c + 1 in its low half, 2c + 8, 2c + 9 in its high half); fragments double-buffered
+        // (chunk i + 1's bytes are loaded while chunk i's products are issued)
+        uint32_t a[2][4][4];
+        uint4 kr[2];
 #pragma unroll
-      for (int kk = 0; kk < 36; ++kk) {
-        const uint32_t ka = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
-        const uint32_t qb = (kk >> 2) * (N * 128) + (kk & 3) * 32;
-        wgmma_narrow<N, 0, kF16>(s, desc_add(dk, ka), desc_add(dq, qb), kk > 0);
+        for (int h = 0; h < 2; ++h) kr[h] = ld_shared_v4(kv_tile + raw_piece(16 * wi + g + 8 * h, cq));
+#pragma unroll
+        for (int i = 0; i < 9; ++i) {
+          if (i >= 2) wgmma_wait<1>();  // chunk i − 2's products no longer read a[i & 1]
+          const uint32_t w0[4] = {kr[0].x, kr[0].y, kr[0].z, kr[0].w}, w1[4] = {kr[1].x, kr[1].y, kr[1].z, kr[1].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            fp8x4_to_f16x2x2(w0[j], a[i & 1][j][0], a[i & 1][j][2]);
+            fp8x4_to_f16x2x2(w1[j], a[i & 1][j][1], a[i & 1][j][3]);
+          }
+          if (i < 8)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) kr[h] = ld_shared_v4(kv_tile + raw_piece(16 * wi + g + 8 * h, 4 * (i + 1) + cq));
+          wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            wgmma_narrow_rs<N>(s, a[i & 1][j], desc_add(dq, i * (N * 128) + j * 32), i + j > 0);
+          wgmma_commit();
+        }
+      } else {
+        wgmma_fence();
+        const uint64_t dk = sw128_desc(kv_tile, 16, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 36; ++kk) {
+          const uint32_t ka = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
+          const uint32_t qb = (kk >> 2) * (N * 128) + (kk & 3) * 32;
+          wgmma_narrow<N, 0, kF16>(s, desc_add(dk, ka), desc_add(dq, qb), kk > 0);
+        }
+        wgmma_commit();
       }
-      wgmma_commit();
       wgmma_wait<0>();
       reg_fence(s);
 
@@ -305,6 +304,10 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
         }
       stage_rows<true, N>(mx, sMax, wi, lane);
       __syncthreads();
+      // Pᵀ[row][key]: keys 16wi + lane/4 (piece 2wi) and + 8 (piece 2wi + 1), element lane/4 of the
+      // piece (kRaw: the permuted order, element 2(g mod 4) + g/4)
+      const uint32_t p_elem = (kRaw ? 2 * (g & 3) + (g >> 2) : g) * 2;
+      float alpha[J][2];
 #pragma unroll
       for (int j = 0; j < J; ++j)
 #pragma unroll
@@ -312,39 +315,87 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
           const int row = 8 * j + 2 * (lane & 3) + c;
           const float m_new = fmaxf(m_run[j][c], row_total<true, N>(mx[j][c], sMax, row));
           const float base = m_new == -INFINITY ? 0.f : m_new;
-          const float alpha = ex2(m_run[j][c] - base);
+          alpha[j][c] = ex2(m_run[j][c] - base);
           m_run[j][c] = m_new;
           const float p0 = ex2(s[4 * j + c] - base);
           const float p1 = ex2(s[4 * j + 2 + c] - base);
-          l_run[j][c] = l_run[j][c] * alpha + p0 + p1;
-          // Pᵀ[row][key]: keys 16wi + lane/4 (chunk 2wi) and + 8 (chunk 2wi + 1)
+          l_run[j][c] = l_run[j][c] * alpha[j][c] + p0 + p1;
           const uint16_t b0 = kF16 ? f16_bits(p0 * kPScale) : bf16_bits(p0);
           const uint16_t b1 = kF16 ? f16_bits(p1 * kPScale) : bf16_bits(p1);
-          st_shared_u16(sP + swz128(row, 2 * wi) + (lane >> 2) * 2, b0);
-          st_shared_u16(sP + swz128(row, 2 * wi + 1) + (lane >> 2) * 2, b1);
-#pragma unroll
-          for (int b = 0; b < 8; ++b) {
-            o[b][4 * j + c] *= alpha;
-            o[b][4 * j + 2 + c] *= alpha;
-          }
+          st_shared_u16(sP + swz128(row, 2 * wi) + p_elem, b0);
+          st_shared_u16(sP + swz128(row, 2 * wi + 1) + p_elem, b1);
         }
+      // O's rows rescale only when a row's max moved (once the max settles, most tiles): the same
+      // products, since α = 1 exactly otherwise. The vote keeps the branch uniform over the warp.
+      bool moved = false;
+#pragma unroll
+      for (int j = 0; j < J; ++j) moved |= alpha[j][0] != 1.f || alpha[j][1] != 1.f;
+      if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+#pragma unroll
+            for (int b = 0; b < 8; ++b) {
+              o[b][4 * j + c] *= alpha[j][c];
+              o[b][4 * j + 2 + c] *= alpha[j][c];
+            }
+      }
       fence_proxy_async();
       __syncthreads();
 
       // ---- Oᵀ[64b + (0..63)][N] += Vᵀ · Pᵀ, b = 0..7
-      wgmma_fence();
-      const uint64_t dv = sw128_desc(kv_tile, p.v_lbo, p.v_sbo), dp = sw128_desc(sP, 16, 1024);
+      const uint64_t dp = sw128_desc(sP, 16, 1024);
+      if constexpr (kRaw) {
+        // step kk: word W[x] = dims 128B + 32wi + 4g + [0, 4) of key 16kk + c + 4x (x = 0..3: logical
+        // k 2c, 2c + 1, 2c + 8, 2c + 9); byte pairs of keys (x, x + 1) → f16 pairs. Fragments
+        // double-buffered over kk.
+        // (step kk + 1's words are loaded while step kk's products are issued)
+        uint32_t a[2][8][4], vw[4][4];
+        const auto load_v = [&](int kk) {
 #pragma unroll
-      for (int b = 0; b < 8; ++b)
+          for (int B = 0; B < 4; ++B)
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wgmma_narrow<N, 1, kF16>(o[b], desc_add(dv, b * kChunkBytes + kk * 2048), desc_add(dp, kk * 32), 1);
-      wgmma_commit();
+            for (int x = 0; x < 4; ++x)
+              vw[B][x] = ld_shared_u32(kv_tile + raw_piece(16 * kk + cq + 4 * x, 8 * B + 2 * wi + (g >> 2)) + 4 * (g & 3));
+        };
+        load_v(0);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          if (kk >= 2) wgmma_wait<1>();  // step kk − 2's products no longer read a[kk & 1]
+#pragma unroll
+          for (int B = 0; B < 4; ++B) {
+            const uint32_t(&w)[4] = vw[B];
+            const uint32_t lo01 = prmt(w[0], w[1], 0x5140), hi01 = prmt(w[0], w[1], 0x7362);
+            const uint32_t lo23 = prmt(w[2], w[3], 0x5140), hi23 = prmt(w[2], w[3], 0x7362);
+            uint32_t(&ae)[4] = a[kk & 1][2 * B];
+            uint32_t(&ao)[4] = a[kk & 1][2 * B + 1];
+            fp8x4_to_f16x2x2(lo01, ae[0], ae[1]);  // dims +0, +1; keys x = 0, 1
+            fp8x4_to_f16x2x2(lo23, ae[2], ae[3]);  // keys x = 2, 3
+            fp8x4_to_f16x2x2(hi01, ao[0], ao[1]);  // dims +2, +3
+            fp8x4_to_f16x2x2(hi23, ao[2], ao[3]);
+          }
+          if (kk < 3) load_v(kk + 1);
+          wgmma_fence();
+#pragma unroll
+          for (int b = 0; b < 8; ++b) wgmma_narrow_rs<N>(o[b], a[kk & 1][b], desc_add(dp, kk * 32), 1);
+          wgmma_commit();
+        }
+      } else {
+        wgmma_fence();
+        const uint64_t dv = sw128_desc(kv_tile, p.v_lbo, p.v_sbo);
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            wgmma_narrow<N, 1, kF16>(o[b], desc_add(dv, b * kChunkBytes + kk * 2048), desc_add(dp, kk * 32), 1);
+        wgmma_commit();
+      }
       wgmma_wait<0>();
 #pragma unroll
       for (int b = 0; b < 8; ++b) reg_fence(o[b]);
       __syncthreads();  // stage, Pᵀ and the row maxima may be overwritten now
-      if constexpr (!kRegs) tile.release(stage, more, sl);
+      tile.release(stage, more, sl);
     }
   }
 
@@ -363,33 +414,33 @@ __global__ void __launch_bounds__(kNarrowThreads, kRegStage<N, kFp8> ? 2 : 1)
       const float lse = l > 0.f ? (m_run[j][c] + log2f(l)) * 0.69314718055994531f : -INFINITY;
       const size_t grow = size_t(q_start) * H + prow;
       const bool write_lse = wi == 0 && (lane >> 2) == 0;
-      const int d0 = 16 * wi + (lane >> 2);
-      if (p.splits == 1) {
-        if (p.o_f32) {
-          float* orow = static_cast<float*>(p.o) + grow * kDv + d0;
+      const size_t prow_ws = size_t(split) * p.rows_total + grow;
+      // f32 (the output or the split's partial) or bf16
+      float* of = p.splits > 1 ? p.ws_o + prow_ws * kDv : p.o_f32 ? static_cast<float*>(p.o) + grow * kDv : nullptr;
+      __nv_bfloat16* ob = of ? nullptr : static_cast<__nv_bfloat16*>(p.o) + grow * kDv;
+      if constexpr (kRaw) {  // four neighbouring dims per block pair
+        const int d0 = 32 * wi + 4 * g;
 #pragma unroll
-          for (int b = 0; b < 8; ++b) {
-            orow[64 * b] = o[b][4 * j + c] * inv;
-            orow[64 * b + 8] = o[b][4 * j + 2 + c] * inv;
-          }
-        } else {
-          __nv_bfloat16* orow = static_cast<__nv_bfloat16*>(p.o) + grow * kDv + d0;
-#pragma unroll
-          for (int b = 0; b < 8; ++b) {
-            orow[64 * b] = __float2bfloat16_rn(o[b][4 * j + c] * inv);
-            orow[64 * b + 8] = __float2bfloat16_rn(o[b][4 * j + 2 + c] * inv);
-          }
+        for (int B = 0; B < 4; ++B) {
+          const float v[4] = {o[2 * B][4 * j + c] * inv, o[2 * B][4 * j + 2 + c] * inv,
+                              o[2 * B + 1][4 * j + c] * inv, o[2 * B + 1][4 * j + 2 + c] * inv};
+          if (of) *reinterpret_cast<float4*>(of + d0 + 128 * B) = make_float4(v[0], v[1], v[2], v[3]);
+          else *reinterpret_cast<uint2*>(ob + d0 + 128 * B) = make_uint2(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
         }
-        if (write_lse && p.lse) p.lse[grow] = lse;
       } else {
-        const size_t prow_ws = size_t(split) * p.rows_total + grow;
-        float* orow = p.ws_o + prow_ws * kDv + d0;
+        const int d0 = 16 * wi + (lane >> 2);
 #pragma unroll
-        for (int b = 0; b < 8; ++b) {
-          orow[64 * b] = o[b][4 * j + c] * inv;
-          orow[64 * b + 8] = o[b][4 * j + 2 + c] * inv;
-        }
-        if (write_lse) p.ws_lse[prow_ws] = lse;
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float v = o[b][4 * j + 2 * e + c] * inv;
+            if (of) of[d0 + 64 * b + 8 * e] = v;
+            else ob[d0 + 64 * b + 8 * e] = __float2bfloat16_rn(v);
+          }
+      }
+      if (write_lse) {
+        if (p.splits > 1) p.ws_lse[prow_ws] = lse;
+        else if (p.lse) p.lse[grow] = lse;
       }
     }
 }

@@ -137,18 +137,28 @@ __device__ __forceinline__ void widen_fp8x16(uint4 v, uint32_t chunk, int key, i
   sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
 }
 
+// A raw fp8 stage read by the products themselves (kRawOperands below): [64 keys][576 bytes], the
+// 16-byte piece p of key k at k·576 + 16·(p XOR 2·((k >> 1) & 1)). Pieces stay inside their aligned
+// group of four, so 16-byte accesses to two neighbouring keys' groups and 4-byte accesses to one
+// word of four keys k ≡ 0..3 (mod 4) at 8 consecutive words are free of bank conflicts.
+__device__ __forceinline__ uint32_t raw_piece(int key, int piece) {
+  return uint32_t(key * kD + 16 * (piece ^ (((key >> 1) & 1) << 1)));
+}
+
 // One thread's share of the double-buffered KV tile pipeline, kThreads threads per CTA:
 //   bf16: 8 threads per key, thread tid takes 16-byte chunk tid & 7 of each of the 9 128-byte column
 //         chunks of keys tid/8 + kKeyStep·h → the swizzled stage, directly;
 //   fp8:  4 threads per key, chunk tid & 3 of each of the 9 64-byte columns → the raw stage, then
-//         widened into the one bf16 tile at sKV.
+//         widened into the one bf16 tile at sKV; with kRawOperands the raw stage (raw_piece's
+//         layout) is the tile: the products read it through registers, nothing is widened.
 // Per tile t: wait(stage, more) → the bf16 tile's address; the math; release(stage, more). The
 // slots of tile t + 2 (fetch) are read during tile t's math; its copies go out as soon as its stage
 // is free (fp8: once converted, in wait; bf16: after the math, in release). The slots live in the
 // caller's array `slot`, not in the struct: an array member keeps the whole struct out of registers
 // until the loops are unrolled, and the PTX then recomputes the stage addresses on every tile.
-template <int kThreads, bool kFp8>
+template <int kThreads, bool kFp8, bool kRawOperands = false>
 struct KvTile {
+  static_assert(kFp8 || !kRawOperands, "only an fp8 stage is read raw");
   static constexpr int kShift = kFp8 ? 2 : 3;           // log2(threads per key)
   static constexpr int kKeyStep = kThreads >> kShift;  // keys per pass
   static constexpr int kPasses = kKeys / kKeyStep;
@@ -177,9 +187,11 @@ struct KvTile {
         const int key = (tid >> 2) + kKeyStep * h;
         const bool valid = slot[h] >= 0;
         const uint8_t* src = valid ? kv + size_t(slot[h]) * kD + sub * 16 : kv;
-        const uint32_t dst = sRaw + stage * kRawBytes + key * kD + sub * 16;
+        const uint32_t dst = sRaw + stage * kRawBytes;
 #pragma unroll
-        for (int i = 0; i < 9; ++i) sm90::cp_async(dst + i * 64, valid ? src + i * 64 : kv, valid);
+        for (int i = 0; i < 9; ++i)
+          sm90::cp_async(dst + (kRawOperands ? raw_piece(key, sub + 4 * i) : key * kD + sub * 16 + i * 64),
+                         valid ? src + i * 64 : kv, valid);
       }
     } else {
       const int sub = tid & 7;
@@ -220,12 +232,15 @@ struct KvTile {
     sm90::cp_async_commit();
   }
   // Waits for `stage` (the next stage's copies stay in flight) and returns the shared-memory address
-  // of its bf16 tile; fp8 widens it first and reissues the stage for the fetched tile when `more`.
+  // of its bf16 tile (kRawOperands: of the raw stage); fp8 widens it first and reissues the stage for
+  // the fetched tile when `more`.
   __device__ __forceinline__ uint32_t wait(int stage, bool more, const int (&slot)[kPasses]) const {
     sm90::cp_async_wait<1>();
     sm90::fence_proxy_async();
     __syncthreads();
-    if constexpr (kFp8) {
+    if constexpr (kRawOperands) {
+      return sRaw + stage * kRawBytes;
+    } else if constexpr (kFp8) {
       convert(stage);
       sm90::fence_proxy_async();
       __syncthreads();
@@ -236,9 +251,10 @@ struct KvTile {
       return sKV + stage * kTileBytes;
     }
   }
-  // After the tile's math (and a barrier): bf16 reissues the stage for the fetched tile when `more`.
+  // After the tile's math (and a barrier): bf16 (and a raw-operand stage) reissues the stage for the
+  // fetched tile when `more`.
   __device__ __forceinline__ void release(int stage, bool more, const int (&slot)[kPasses]) const {
-    if constexpr (!kFp8) {
+    if constexpr (!kFp8 || kRawOperands) {
       if (more) load(stage, slot);
       sm90::cp_async_commit();
     }

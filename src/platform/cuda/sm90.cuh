@@ -38,12 +38,26 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
   const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
   return uint32_t(hr.x) | (uint32_t(hr.y) << 16);
 }
+// Four e4m3fn codes → two f16 pairs (exact): lo = bytes 0, 1 (byte 0 in its low half), hi = bytes
+// 2, 3. The cvt reads each 16-bit half of the register as it is: no mask or shift before it.
+__device__ __forceinline__ void fp8x4_to_f16x2x2(uint32_t four, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(four));
+}
 __device__ __forceinline__ uint16_t f16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
 // Two e4m3fn codes (low 16 bits) → two bf16 (exact: every e4m3 value is a bf16 value).
 __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
   const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
   const float2 f = __half22float2(__half2(hr));
   return pack_bf16(f.x, f.y);
+}
+
+// Byte permute: byte i of the result is byte ((sel >> 4i) & 7) of the pair (a: bytes 0–3, b: 4–7).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
 }
 
 // ---- cp.async -------------------------------------------------------------------------------
@@ -172,6 +186,11 @@ __device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
   asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
   return v;
 }
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
@@ -293,24 +312,34 @@ MLA_WG_SS(64, MLA_WG_R32, 32, 33, 34, 35, 36, MLA_WG_D32(0))
 MLA_WG_SS(128, MLA_WG_R64, 64, 65, 66, 67, 68, MLA_WG_D64(0))
 MLA_WG_SS(256, MLA_WG_R128, 128, 129, 130, 131, 132, MLA_WG_D64(0), MLA_WG_D64(64))
 
-// wgmma_m64nNk16_rs<kTransB>(d, a, db, scale_d): D[64×N] (+)= A[64×16] · B[16×N], A from registers
-// (the mma.m16n8k16 A fragment of each warp: rows 16·warp + [0, 16)), B from shared memory
-// (MN-major when kTransB); operands: D, then a[0..3], db, scale_d, kTransB.
+// wgmma_m64nNk16_rs<kTransB, kF16>(d, a, db, scale_d): D[64×N] (+)= A[64×16] · B[16×N], A from
+// registers (the mma.m16n8k16 A fragment of each warp: rows 16·warp + [0, 16)), B from shared memory
+// (MN-major when kTransB); kF16: A and B hold f16 (else bf16). Operands: D, then a[0..3], db,
+// scale_d, kTransB.
+#define MLA_WG_RS_ASM(N, R, A0, A1, A2, A3, B, S, TB, T, ...)                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                 \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " {" R "}, "              \
+               "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #B ", p, 1, 1, %" #TB ";\n}\n"         \
+               : __VA_ARGS__                                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 #define MLA_WG_RS(N, R, A0, A1, A2, A3, B, S, TB, ...)                                              \
-  template <int kTransB>                                                                           \
+  template <int kTransB, bool kF16 = false>                                                        \
   __device__ __forceinline__ void wgmma_m64n##N##k16_rs(float (&d)[N / 2], const uint32_t (&a)[4], \
                                                         uint64_t db, int scale_d = 1) {            \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                  \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" R "}, "              \
-                 "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #B ", p, 1, 1, %" #TB ";\n}\n"         \
-                 : __VA_ARGS__                                                                     \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB)); \
+    if constexpr (kF16) {                                                                          \
+      MLA_WG_RS_ASM(N, R, A0, A1, A2, A3, B, S, TB, "f16", __VA_ARGS__)                            \
+    } else {                                                                                       \
+      MLA_WG_RS_ASM(N, R, A0, A1, A2, A3, B, S, TB, "bf16", __VA_ARGS__)                           \
+    }                                                                                              \
   }
+MLA_WG_RS(8, MLA_WG_R4, 4, 5, 6, 7, 8, 9, 10, MLA_WG_D4(0))
+MLA_WG_RS(16, MLA_WG_R8, 8, 9, 10, 11, 12, 13, 14, MLA_WG_D4(0), MLA_WG_D4(4))
 MLA_WG_RS(64, MLA_WG_R32, 32, 33, 34, 35, 36, 37, 38, MLA_WG_D32(0))
 MLA_WG_RS(128, MLA_WG_R64, 64, 65, 66, 67, 68, 69, 70, MLA_WG_D64(0))
 MLA_WG_RS(256, MLA_WG_R128, 128, 129, 130, 131, 132, 133, 134, MLA_WG_D64(0), MLA_WG_D64(64))
 
 #undef MLA_WG_RS
+#undef MLA_WG_RS_ASM
 #undef MLA_WG_SS
 #undef MLA_WG_SS_ASM
 #undef MLA_WG_R128
