@@ -95,6 +95,18 @@ async function waitIdle(s, ms = 5000) {
   return false;
 }
 
+// /flush_cache only asks the scheduler thread to flush (engine/service.h: it enqueues and returns);
+// the pool's gauge shows the flush once that thread has run it. The last metrics read, within `ms`.
+async function waitFlushed(s, ms = 2000) {
+  let m;
+  for (let i = 0; i < ms / 20; i++) {
+    m = await metrics(s);
+    if (m.get("mla:kv_cache_usage_perc") === 0) break;
+    await sleep(20);
+  }
+  return m;
+}
+
 function randomIds(n, rnd, vocab) { return Array.from({ length: n }, () => Math.floor(rnd() * vocab)); }
 function rng(seed) {  // mulberry32
   return () => {
@@ -274,7 +286,7 @@ async function idsTests() {
     check(m1.get("mla:client_disconnects_total") - gone0 === 1, "/metrics counts the client that left",
           m1.get("mla:client_disconnects_total"));
     check((await http(s, "POST", "/flush_cache")).status === 200, "flush_cache 200");
-    check((await metrics(s)).get("mla:kv_cache_usage_perc") === 0, "the pool is empty after the client left + flush");
+    check((await waitFlushed(s)).get("mla:kv_cache_usage_perc") === 0, "the pool is empty after the client left + flush");
     // An ordinary non-streamed answer is still one JSON body with its length, as before.
     const r = await http(s, "POST", "/v1/completions", { prompt: [1, 2, 3], max_tokens: 3, ignore_eos: true });
     check(r.status === 200 && r.type === "application/json" && r.json?.choices?.[0]?.finish_reason === "length",
@@ -339,7 +351,7 @@ async function idsTests() {
   const genCancelled = (await metrics(s)).get("mla:generation_tokens_total") - genBefore;
   check(genCancelled < 200 * 40, "cancelled streams stop generating (of 200 × 400 tokens asked)", genCancelled);
   check((await http(s, "POST", "/flush_cache")).status === 200, "flush_cache 200");
-  const mf = await metrics(s);
+  const mf = await waitFlushed(s);
   check(mf.get("mla:kv_cache_usage_perc") === 0, "the pool is empty after /flush_cache", mf.get("mla:kv_cache_usage_perc"));
   check(mf.get("mla:prefix_cache_hits_total") > 0, "prefix-cache hits counted", mf.get("mla:prefix_cache_hits_total"));
 
