@@ -32,12 +32,6 @@ __device__ __forceinline__ uint16_t bf16_bits(float x) {
   const __nv_bfloat16 h = __float2bfloat16_rn(x);
   return *reinterpret_cast<const uint16_t*>(&h);
 }
-// Two e4m3fn codes (low 16 bits) → two f16, `lo` in the low half (exact, one cvt: every e4m3 value
-// is an f16 value).
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
-  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-  return uint32_t(hr.x) | (uint32_t(hr.y) << 16);
-}
 // Four e4m3fn codes → two f16 pairs (exact): lo = bytes 0, 1 (byte 0 in its low half), hi = bytes
 // 2, 3. The cvt reads each 16-bit half of the register as it is: no mask or shift before it.
 __device__ __forceinline__ void fp8x4_to_f16x2x2(uint32_t four, uint32_t& lo, uint32_t& hi) {
