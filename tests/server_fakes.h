@@ -157,7 +157,11 @@ class ScriptedService : public engine::Service {
   }
   std::atomic<int> aborts{0};  // requests the server aborted
   engine::MetricsSnapshot metrics() const override { return {}; }
-  void flush_cache() override {}
+  std::shared_future<int64_t> flush_cache() override {
+    std::promise<int64_t> done;
+    done.set_value(0);
+    return done.get_future().share();
+  }
   void shutdown(bool) override {
     std::vector<std::thread> ts;
     {

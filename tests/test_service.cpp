@@ -155,9 +155,15 @@ TEST_F(ServiceTest, AbortFreesPagesWithinAStepAndFlushEmptiesThePool) {
   // Nothing runs: flushing the cache returns every page.
   ASSERT_TRUE(eventually(*svc, [](const MetricsSnapshot& m) { return m.requests_running == 0; }));
   EXPECT_GT(svc->metrics().kv_cache_usage, 0);  // the aborted request's pages went to the cache
-  svc->flush_cache();
-  EXPECT_TRUE(eventually(*svc, [](const MetricsSnapshot& m) { return m.kv_cache_usage == 0; }));
+  // The flush's future is ready once it is done and the metrics show it.
+  EXPECT_GT(svc->flush_cache().get(), 0);
+  EXPECT_EQ(svc->metrics().kv_cache_usage, 0);
+  EXPECT_EQ(svc->flush_cache().get(), 0);  // nothing left to release
   svc->shutdown(true);
+  // After the thread has stopped, a flush is answered at once.
+  const std::shared_future<int64_t> late = svc->flush_cache();
+  ASSERT_EQ(late.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ(late.get(), 0);
 }
 
 TEST_F(ServiceTest, AbortWithoutTheCacheFreesEveryPage) {

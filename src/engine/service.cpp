@@ -57,10 +57,17 @@ class ServiceImpl : public Service {
     m.requests_waiting += int64_t(pending_.size());
     return m;
   }
-  void flush_cache() override {
+  std::shared_future<int64_t> flush_cache() override {
     std::lock_guard lk(mu_);
-    flush_ = true;
+    std::promise<int64_t> done;
+    std::shared_future<int64_t> f = done.get_future().share();
+    if (stopped_) {
+      done.set_value(0);
+      return f;
+    }
+    flushes_.push_back(std::move(done));
     cv_.notify_all();
+    return f;
   }
   void shutdown(bool drain) override {
     {
@@ -110,14 +117,14 @@ class ServiceImpl : public Service {
     for (;;) {
       std::vector<Pending> add;
       std::vector<RequestHandle> aborts;
-      bool flush = false, stop = false, drain = true;
+      std::vector<std::promise<int64_t>> flushes;
+      bool stop = false, drain = true;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return !pending_.empty() || !aborts_.empty() || flush_ || stopping_ || !sched_.idle(); });
+        cv_.wait(lk, [&] { return !pending_.empty() || !aborts_.empty() || !flushes_.empty() || stopping_ || !sched_.idle(); });
         add.swap(pending_);
         aborts.swap(aborts_);
-        flush = flush_;
-        flush_ = false;
+        flushes.swap(flushes_);
         stop = stopping_;
         drain = drain_;
       }
@@ -133,7 +140,7 @@ class ServiceImpl : public Service {
       }
       for (RequestHandle h : aborts) sched_.abort(h);
       if (stop && !drain) sched_.abort_all();
-      if (flush) sched_.flush_cache();
+      const int64_t released = flushes.empty() ? 0 : sched_.flush_cache();
       try {
         sched_.step();
       } catch (const std::exception& e) {
@@ -143,7 +150,13 @@ class ServiceImpl : public Service {
       {
         std::lock_guard lk(mu_);
         publish();
-        if (stop && sched_.idle() && pending_.empty()) return;
+        for (std::promise<int64_t>& f : flushes) f.set_value(released);
+        if (stop && sched_.idle() && pending_.empty()) {
+          stopped_ = true;  // flushes asked from now on are answered at once
+          for (std::promise<int64_t>& f : flushes_) f.set_value(0);
+          flushes_.clear();
+          return;
+        }
       }
     }
   }
@@ -154,7 +167,8 @@ class ServiceImpl : public Service {
   std::condition_variable cv_;
   std::vector<Pending> pending_;
   std::vector<RequestHandle> aborts_;
-  bool flush_ = false, stopping_ = false, drain_ = true;
+  std::vector<std::promise<int64_t>> flushes_;  // flush_cache calls the thread has not taken yet
+  bool stopping_ = false, drain_ = true, stopped_ = false;
   int64_t waiting_ = 0;
   RequestHandle next_handle_ = 1;
   MetricsSnapshot snapshot_;
@@ -172,7 +186,7 @@ class OwningService : public Service {
   }
   void abort(RequestHandle h) override { inner_->abort(h); }
   MetricsSnapshot metrics() const override { return inner_->metrics(); }
-  void flush_cache() override { inner_->flush_cache(); }
+  std::shared_future<int64_t> flush_cache() override { return inner_->flush_cache(); }
   void shutdown(bool drain) override { inner_->shutdown(drain); }
   int64_t vocab_size() const override { return inner_->vocab_size(); }
   int64_t max_context() const override { return inner_->max_context(); }

@@ -7,11 +7,12 @@
 //
 // Threads: one scheduler thread owns the model, the pool and the cache, and runs steps. submit(),
 // abort(), metrics(), flush_cache() and shutdown() may be called from any thread and never wait for
-// a step to finish (they enqueue and return). Callbacks run on the scheduler thread: they must
+// a step to finish (they enqueue and return; flush_cache's future tells when the flush is done). Callbacks run on the scheduler thread: they must
 // be quick and must not call back into the Service except abort().
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -108,7 +109,10 @@ class Service {
   // Unknown or finished handles are ignored.
   virtual void abort(RequestHandle h) = 0;
   virtual MetricsSnapshot metrics() const = 0;
-  virtual void flush_cache() = 0;  // drops every unlocked page of the prefix cache
+  // Drops every unlocked page of the prefix cache. The scheduler thread does it between two steps;
+  // the future is ready once it is done and metrics() shows it, with the pages released (0 once
+  // the thread has stopped).
+  virtual std::shared_future<int64_t> flush_cache() = 0;
   // Stops taking requests; drain: finish what runs, else abort it. Returns when the scheduler
   // thread has stopped.
   virtual void shutdown(bool drain) = 0;

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <ctime>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -487,8 +488,15 @@ void Server::Impl::routes() {
                     "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Post("/flush_cache", [this](const httplib::Request&, httplib::Response& res) {
-    service.flush_cache();
-    res.set_content("{\"status\":\"ok\"}", "application/json");
+    // Answers once the flush is done (the scheduler takes it between two steps), as a client
+    // that flushes and then measures expects; a step longer than the wait gets 202.
+    const std::shared_future<int64_t> done = service.flush_cache();
+    if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      res.status = 202;
+      res.set_content("{\"status\":\"pending\"}", "application/json");
+      return;
+    }
+    res.set_content(fmt::format("{{\"status\":\"ok\",\"pages_released\":{}}}", done.get()), "application/json");
   });
 }
 

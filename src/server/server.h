@@ -3,6 +3,7 @@
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (both streaming or not), GET /v1/models,
 // GET /health, GET /metrics (Prometheus), POST /flush_cache. HTTP threads never wait for the engine's
 // scheduler: each request gets a queue that the Service's callbacks fill, and the HTTP thread drains it.
+// /flush_cache is the exception: it answers once the flush is done (at most one step).
 #pragma once
 #include <cstdint>
 #include <memory>
