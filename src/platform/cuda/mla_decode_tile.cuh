@@ -128,8 +128,8 @@ __device__ __forceinline__ void widen_fp8x16(uint4 v, uint32_t chunk, int key, i
   uint32_t b[8];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    b[2 * k] = sm90::fp8x2_to_bf16x2(w[k] & 0xffffu);
-    b[2 * k + 1] = sm90::fp8x2_to_bf16x2(w[k] >> 16);
+    b[2 * k] = sm90::e4m3x2_to_bf16x2<0, 1>(w[k], w[k]);
+    b[2 * k + 1] = sm90::e4m3x2_to_bf16x2<2, 3>(w[k], w[k]);
   }
   sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
   sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));

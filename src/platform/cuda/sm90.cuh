@@ -40,17 +40,25 @@ __device__ __forceinline__ void fp8x4_to_f16x2x2(uint32_t four, uint32_t& lo, ui
       : "r"(four));
 }
 __device__ __forceinline__ uint16_t f16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
-// Two e4m3fn codes (low 16 bits) → two bf16 (exact: every e4m3 value is a bf16 value).
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
-  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-  const float2 f = __half22float2(__half2(hr));
-  return pack_bf16(f.x, f.y);
-}
 
-// Byte permute: byte i of the result is byte ((sel >> 4i) & 7) of the pair (a: bytes 0–3, b: 4–7).
+// Byte permute: byte i of the result is byte ((sel >> 4i) & 7) of the pair (a: bytes 0–3, b: 4–7),
+// or that byte's sign bit copied over all 8 bits where bit 3 of the nibble is set.
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t r;
   asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+// Two e4m3fn codes, bytes S0 and S1 (0–7) of the pair (a, b) → bf16x2 of their values, exact for
+// every finite code, in integer ops and one multiply (the cvt way is a cvt to f16x2, two to f32 and a pack):
+// each byte sign-extended to 16 bits (bit 3 of a selector nibble) and shifted up 4 puts the sign in
+// bit 15, the exponent and mantissa in bits 10–4; masked, that is the value × 2^−120 as a bf16
+// (subnormal for e4m3's subnormals), and the product by 2^120 is exact. NaN codes become 480.
+template <int S0, int S1>
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t a, uint32_t b) {
+  constexpr uint32_t sel = S0 | (S0 | 8) << 4 | S1 << 8 | (S1 | 8) << 12;
+  const uint32_t t = (prmt(a, b, sel) << 4) & 0x87F087F0u;
+  uint32_t r;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(t), "r"(0x7B807B80u));  // 2^120, twice
   return r;
 }
 
