@@ -324,6 +324,12 @@ std::unique_ptr<RankGroup> RankGroup::connect(const GroupOptions& o, int rank) {
            std::string(e.what()) == "timed out" ? "the others did not all join in time" : e.what(), o.timeout_s);
     }
   };
+  // Past the control channel, a failure may follow rank 0's refusal: its answer is read first (waiting
+  // up to wait_ms for it), so the error names the reason rather than the closed socket.
+  auto answer_if_refused = [&](int wait_ms) {
+    pollfd p{l->ctrl[0].get(), POLLIN, 0};
+    if (::poll(&p, 1, wait_ms) > 0) answer(deadline);
+  };
   for (int ch = 0; ch < kChannels; ++ch) {
     int err = 0;
     for (;;) {  // rank 0 may not listen yet: retry until the deadline
@@ -335,10 +341,7 @@ std::unique_ptr<RankGroup> RankGroup::connect(const GroupOptions& o, int rank) {
         (ch == kCtrl ? l->ctrl : ch == kData ? l->data : l->live)[0] = Fd(fd);
         break;
       }
-      if (ch > 0) {  // rank 0 stopped listening: it may have refused this rank already
-        pollfd p{l->ctrl[0].get(), POLLIN, 0};
-        if (::poll(&p, 1, 0) > 0) answer(deadline);
-      }
+      if (ch > 0) answer_if_refused(0);  // rank 0 stopped listening: it may have refused this rank already
       if (Clock::now() + std::chrono::milliseconds(100) >= deadline)
         fail("rank {}: cannot reach rank 0 at {} within {} s: {}", rank, o.init_addr, o.timeout_s, net::errno_str(err));
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -351,6 +354,7 @@ std::unique_ptr<RankGroup> RankGroup::connect(const GroupOptions& o, int rank) {
     try {
       net::send_all((ch == kCtrl ? l->ctrl : ch == kData ? l->data : l->live)[0].get(), &h, sizeof h);
     } catch (const IoError& e) {
+      if (ch > 0) answer_if_refused(500);  // the connection was in the backlog of a listener rank 0 closed
       fail("rank {}: rank 0 at {} closed the connection while joining: {}", rank, o.init_addr, e.what());
     }
   }
