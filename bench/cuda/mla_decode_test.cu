@@ -786,6 +786,15 @@ void run_benches() {
       {"h128 b16  sq1 sk4096 bf16 s=2", 128, 16, 1, 4096, false, false, 0, 2},
       {"h128 b16  sq1 sk4096 bf16 s=3", 128, 16, 1, 4096, false, false, 0, 3},
       {"h128 b16  sq1 sk4096 bf16 s=8", 128, 16, 1, 4096, false, false, 0, 8},
+      // one request at 4096 keys (a V3-shaped b1): the split count against the heuristic's
+      {"h128 b1   sq1 sk4096 bf16", 128, 1, 1, 4096, false, false},
+      {"h128 b1   sq1 sk4096 bf16 s=16", 128, 1, 1, 4096, false, false, 0, 16},
+      {"h128 b1   sq1 sk4096 bf16 s=32", 128, 1, 1, 4096, false, false, 0, 32},
+      {"h128 b1   sq1 sk4096 bf16 s=64", 128, 1, 1, 4096, false, false, 0, 64},
+      {"h16  b1   sq1 sk4096 bf16", 16, 1, 1, 4096, false, false},
+      {"h16  b1   sq1 sk4096 bf16 s=16", 16, 1, 1, 4096, false, false, 0, 16},
+      {"h16  b1   sq1 sk4096 bf16 s=32", 16, 1, 1, 4096, false, false, 0, 32},
+      {"h16  b1   sq1 sk4096 bf16 s=64", 16, 1, 1, 4096, false, false, 0, 64},
       // a V2-Lite-shaped decode at batch 1 (16 heads, short context): the split's fixed costs
       {"h16  b1   sq1 sk1024 bf16", 16, 1, 1, 1024, false, false},
       {"h16  b1   sq1 sk1024 bf16 s=4", 16, 1, 1, 1024, false, false, 0, 4},
