@@ -121,7 +121,9 @@ class ServiceImpl : public Service {
       bool stop = false, drain = true;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return !pending_.empty() || !aborts_.empty() || !flushes_.empty() || stopping_ || !sched_.idle(); });
+        cv_.wait(lk, [&] {
+          return !pending_.empty() || !aborts_.empty() || !flushes_.empty() || stopping_ || !sched_.idle();
+        });
         add.swap(pending_);
         aborts.swap(aborts_);
         flushes.swap(flushes_);

@@ -7,8 +7,9 @@
 //
 // Threads: one scheduler thread owns the model, the pool and the cache, and runs steps. submit(),
 // abort(), metrics(), flush_cache() and shutdown() may be called from any thread and never wait for
-// a step to finish (they enqueue and return; flush_cache's future tells when the flush is done). Callbacks run on the scheduler thread: they must
-// be quick and must not call back into the Service except abort().
+// a step to finish (they enqueue and return; flush_cache's future tells when the flush is done).
+// Callbacks run on the scheduler thread: they must be quick and must not call back into the
+// Service except abort().
 #pragma once
 #include <cstdint>
 #include <functional>

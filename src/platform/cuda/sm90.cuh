@@ -49,10 +49,11 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   return r;
 }
 // Two e4m3fn codes, bytes S0 and S1 (0–7) of the pair (a, b) → bf16x2 of their values, exact for
-// every finite code, in integer ops and one multiply (the cvt way is a cvt to f16x2, two to f32 and a pack):
-// each byte sign-extended to 16 bits (bit 3 of a selector nibble) and shifted up 4 puts the sign in
-// bit 15, the exponent and mantissa in bits 10–4; masked, that is the value × 2^−120 as a bf16
-// (subnormal for e4m3's subnormals), and the product by 2^120 is exact. NaN codes become 480.
+// every finite code, by integer ops and one multiply (through the cvt it takes a cvt to f16x2, two
+// to f32 and a pack): each byte sign-extended to 16 bits (bit 3 of a selector nibble) and shifted
+// up 4 puts the sign in bit 15, the exponent and mantissa in bits 10–4; masked, that is the value
+// × 2^−120 as a bf16 (subnormal for e4m3's subnormals), and the product by 2^120 is exact. NaN
+// codes become 480.
 template <int S0, int S1>
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t a, uint32_t b) {
   constexpr uint32_t sel = S0 | (S0 | 8) << 4 | S1 << 8 | (S1 | 8) << 12;
