@@ -770,6 +770,10 @@ void run_benches() {
       {"h128 b128 sq2 sk4096 bf16 splitS", 128, 128, 2, 4096, false, false, 16},
       {"h128 b128 sq1 sk4096 fp8 splitS", 128, 128, 1, 4096, true, false, 16},
       {"h128 b128 sq1 sk1024 bf16", 128, 128, 1, 1024, false, false},
+      // the b128 s4096 work in one wave of 128 CTAs (two CTAs an SM there): the difference is one
+      // CTA's fixed cost (its start, Q, the first tiles' latency, the output) plus the second wave's
+      {"h128 b64  sq1 sk8192 bf16", 128, 64, 1, 8192, false, false},
+      {"h128 b64  sq1 sk8192 fp8", 128, 64, 1, 8192, true, false},
       {"h128 b16  sq1 sk4096 bf16", 128, 16, 1, 4096, false, false},
       {"h128 b128 sq1 sk4096 bf16 mma", 128, 128, 1, 4096, false, true},
       // the combine launched plainly (tuning bit 32), not as a programmatic dependent
