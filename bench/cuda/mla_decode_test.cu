@@ -565,6 +565,10 @@ void run_tests() {
     pb.q_len = {1, 1, 1};  // 16 rows a request: the 16-row kernel (one 2-token request would make it 32)
     pb.k_len = {77, 1000, 300};
     run_test(fp8 ? "H16 wide-range Q fp8 page16" : "H16 wide-range Q bf16 page16", pb, 16, seed++);
+    pb.H = 128;  // the 64-row see-saw kernel
+    pb.q_len = {1, 2};
+    pb.k_len = {77, 1000};
+    run_test(fp8 ? "H128 wide-range Q fp8 page16" : "H128 wide-range Q bf16 page16", pb, 16, seed++);
   }
   if (!g_quick) {  // one long request: many splits
     Problem pb;

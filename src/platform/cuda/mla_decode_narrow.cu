@@ -21,12 +21,8 @@
 // tile that both products then read (the 16-bit A operands read ~140 KB a tile), and two CTAs fit an
 // SM; the schedule counts the SM's two slots (narrow_ctas_per_sm).
 //
-// Those fp8 kernels multiply in f16, not bf16: e4m3 → f16 is one cvt per pair, against four for
-// bf16 (through f16 and f32). Each Q row is scaled by a power of two 2^k (exact) so that its largest
-// |q| lies in [2^14, 2^15): every bf16 value of the row down to 2^-28 of that largest is then exactly
-// an f16 value (smaller ones keep fewer bits); S's row is scaled back by 2^-k with the softmax scale.
-// Pᵀ goes in as P·2^15 in f16 (P ≤ 1; 11 significant bits against bf16's 8), and the output comes
-// back by 2^-15.
+// Those fp8 kernels multiply in f16, not bf16 (mla_decode_tile.cuh: each Q row scaled by a power of
+// two, Pᵀ as P·2^15), and the output comes back by 2^-15.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -104,10 +100,6 @@ struct NarrowSmem {
   static constexpr int kBytes = kQScale + N * 4 + 1024;
 };
 
-// 2^e as a float, e in [−126, 127].
-__device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }
-constexpr float kPScale = 32768.f;  // 2^15: Pᵀ's scale in the f16 kernels
-
 // The f16 kernels' Q (see the top): Q [9][N][64] bf16 at sQ → f16 in place, row r scaled by 2^k_r
 // and its columns permuted as the raw K fragments are: the 16-byte piece `sub` of a chunk row (its
 // 32-bit words e = 0..3) takes the chunk's words 8e + sub. 2^−k_r → sScale[r]. N ≤ 16: the 8
@@ -124,13 +116,11 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
     const uint4 v = ld_shared_v4(sQ + i * (N * 128) + swz128(row, sub));
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(w[e] << 16)), fabsf(__uint_as_float(w[e] & 0xffff0000u))));
+    for (int e = 0; e < 4; ++e) mx = fmaxf(mx, bf16x2_absmax(w[e]));
   }
 #pragma unroll
   for (int d = 1; d < 8; d <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-  // k: largest |q| · 2^k in [2^14, 2^15); 0 for a row of zeros or with an infinity.
-  const int k = mx > 0.f && mx <= 3.4e38f ? min(100, max(-100, 14 - ((__float_as_int(mx) >> 23) - 127))) : 0;
+  const int k = q_row_exponent(mx);
   const float f = pow2(k);
   uint32_t w[9][4];
 #pragma unroll
@@ -145,10 +135,7 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
   for (int i = 0; i < 9; ++i) {
     uint32_t h[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const __half2 x = __floats2half2_rn(__uint_as_float(w[i][e] << 16) * f, __uint_as_float(w[i][e] & 0xffff0000u) * f);
-      h[e] = *reinterpret_cast<const uint32_t*>(&x);
-    }
+    for (int e = 0; e < 4; ++e) h[e] = bf16x2_to_f16x2(w[i][e], f);
     st_shared_v4(sQ + i * (N * 128) + swz128(row, sub), make_uint4(h[0], h[1], h[2], h[3]));
   }
   if (sub == 0) st_shared_f32(sScale + row * 4, pow2(-k));

@@ -20,8 +20,10 @@
 // chunk. Keys past the request are zero-filled, never NaN.
 //
 // fp8 KV (e4m3, × kv_scale folded into the softmax and output scales): a half's raw rows land in the
-// top of its own bf16 area (half its size) and the warpgroup computing S widens them in place,
-// chunk by chunk, just before its products on the chunk (exact: every e4m3 value is a bf16 value).
+// top of its own 16-bit area (half its size) and the warpgroup computing S widens them in place,
+// chunk by chunk, just before its products on the chunk. The fp8 kernel multiplies in f16
+// (mla_decode_tile.cuh): e4m3 → f16 is exact and one cvt a pair; Q's rows are scaled into f16's
+// range once, and P goes in as P·2^15.
 // Chunk c's bf16 output covers only raw chunks already widened, except for a half's last chunk
 // (3, 8), whose raw rows are read into registers before any thread writes.
 #include <cuda_bf16.h>
@@ -51,7 +53,8 @@ constexpr int kOffM = kOffP0 + kChunkBytes;     // f32 [64]: running row max (lo
 constexpr int kOffA0 = kOffM + 256;             // f32 [64]: α0 of the current pair
 constexpr int kOffA1 = kOffA0 + 256;            // f32 [64]: α1
 constexpr int kOffBar = kOffA1 + 256;           // mbarriers [2 buffers][9 chunks]
-constexpr int kSmemBytes = kOffBar + 18 * 8 + 1024;  // + slack to align the base to 1 KiB
+constexpr int kOffQScale = kOffBar + 18 * 8;    // fp8, f32 [64]: 2^-k of each Q row
+constexpr int kSmemBytes = kOffQScale + 64 * 4 + 1024;  // + slack to align the base to 1 KiB
 static_assert(kSmemBytes <= 227 * 1024, "the see-saw kernel's shared memory exceeds the H200's 227 KiB");
 
 // Named barriers (0 is __syncthreads): one warpgroup arrives, the other waits.
@@ -68,6 +71,7 @@ struct Seesaw {
   uint32_t sQ, sK[2], sP0, sP1, sM, sA0, sA1, bar;  // bar: [buffer][chunk] mbarriers
   int wt, wi, lane;                                  // thread in warpgroup, warp in warpgroup, lane
   int rr[2], lim[2];                                 // this thread's rows and their key limits
+  float sc[2];                                       // fp8: S → log2 units for rows rr (× 2^-k)
 
   __device__ uint32_t barrier(int buf, int chunk) const { return bar + (9 * buf + chunk) * 8; }
 
@@ -129,14 +133,14 @@ struct Seesaw {
       for (int k = 0; k < 4; ++k) {
         const uint32_t off = c * kChunkBytes + k * 32;
         const int acc = first && c == C0 && k == 0 ? 0 : 1;
-        if (c < 8) wgmma_m64n64k16_ss<0, 0>(s, desc_add(dq, off), desc_add(dk, off), acc);
-        else wgmma_m64n64k16_rs<0>(s, q8[k], desc_add(dk, off), acc);
+        if (c < 8) wgmma_m64n64k16_ss<0, 0, kFp8>(s, desc_add(dq, off), desc_add(dk, off), acc);
+        else wgmma_m64n64k16_rs<0, kFp8>(s, q8[k], desc_add(dk, off), acc);
       }
     }
     wgmma_commit();
   }
 
-  // fp8: raw chunk c of buffer buf → bf16 chunk c, by the warpgroup computing S (4 threads per key).
+  // fp8: raw chunk c of buffer buf → f16 chunk c, by the warpgroup computing S (4 threads per key).
   template <int kWg>
   __device__ __forceinline__ void widen(int buf, int c) const {
     uint4 v[2];
@@ -146,7 +150,7 @@ struct Seesaw {
     if (c == 3 || c == 8) named_bar_sync(kBarWiden + kWg, 128);  // own raw rows read
 #pragma unroll
     for (int i = 0; i < 2; ++i)
-      widen_fp8x16(v[i], sK[buf] + c * kChunkBytes, (wt >> 2) + 32 * i, wt & 3);
+      widen_fp8x16_f16(v[i], sK[buf] + c * kChunkBytes, (wt >> 2) + 32 * i, wt & 3);
   }
 
   // o += P · V[:, 256·half, +256) of buffer buf; P from registers (pb) or from shared memory (sp).
@@ -156,14 +160,14 @@ struct Seesaw {
   __device__ __forceinline__ void pv_regs(float (&o)[128], const uint32_t (&pb)[4][4], int buf, int half) const {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs<1>(o, pb[kk], vdesc(buf, half, kk), 1);
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs<1, kFp8>(o, pb[kk], vdesc(buf, half, kk), 1);
     wgmma_commit();
   }
   __device__ __forceinline__ void pv_smem(float (&o)[128], uint32_t sp, int buf, int half) const {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n256k16_ss<0, 1>(o, desc_add(sw128_desc(sp, 16, 1024), kk * 32), vdesc(buf, half, kk), 1);
+      wgmma_m64n256k16_ss<0, 1, kFp8>(o, desc_add(sw128_desc(sp, 16, 1024), kk * 32), vdesc(buf, half, kk), 1);
     wgmma_commit();
   }
 
@@ -185,7 +189,7 @@ struct Seesaw {
       for (int j = 0; j < 8; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      mx[h] = m * p.scale_log2;
+      mx[h] = m * (kFp8 ? sc[h] : p.scale_log2);
     }
   }
   // Folds the tile's maxima into the shared running max; returns the new max (0 for a row with no
@@ -208,8 +212,8 @@ struct Seesaw {
         st_shared_f32(sA + rr[h] * 4, alpha[h]);
       }
   }
-  // s ← exp2(s · scale − base) (f32, kept), pb ← bf16(s) as the A fragments of the P·V product;
-  // returns the row sums of this thread's keys.
+  // s ← exp2(s · scale − base) (f32, kept; fp8: × 2^15), pb ← s as the A fragments of the P·V
+  // product (bf16; fp8: f16); returns the row sums of this thread's keys.
   __device__ __forceinline__ void exponentiate(float (&s)[32], const float (&base)[2], uint32_t (&pb)[4][4],
                                                float (&sum)[2]) const {
     sum[0] = sum[1] = 0.f;
@@ -217,14 +221,23 @@ struct Seesaw {
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float v = ex2(fmaf(s[4 * j + e], p.scale_log2, -base[e >> 1]));
+        const float v = kFp8 ? ex2(fmaf(s[4 * j + e], sc[e >> 1], 15.f - base[e >> 1]))
+                             : ex2(fmaf(s[4 * j + e], p.scale_log2, -base[e >> 1]));
         s[4 * j + e] = v;
         sum[e >> 1] += v;
       }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) pb[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      for (int r = 0; r < 4; ++r) pb[kk][r] = pack_p(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  }
+  static __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
+    if constexpr (kFp8) {
+      const __half2 x = __floats2half2_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t*>(&x);
+    } else {
+      return pack_bf16(lo, hi);
+    }
   }
   // P [64 rows][64 keys] → shared memory at sp (swizzled, the A operand of pv_smem); scale per row.
   __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t sp, const float (&scale)[2]) const {
@@ -233,7 +246,7 @@ struct Seesaw {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         st_shared_u32(sp + swz128(rr[h], j) + (lane & 3) * 4,
-                      pack_bf16(s[4 * j + 2 * h] * scale[h], s[4 * j + 2 * h + 1] * scale[h]));
+                      pack_p(s[4 * j + 2 * h] * scale[h], s[4 * j + 2 * h + 1] * scale[h]));
   }
 
   // One pair (t, t + 1) for warpgroup 0, S0 = S(t) in s. kAhead = how many of t + 1, t + 2, t + 3
@@ -336,6 +349,35 @@ struct Seesaw {
   }
 };
 
+// fp8: Q [64 rows][576] bf16 (9 swizzled chunks at sQ) → f16 in place, row r scaled by 2^k_r
+// (mla_decode_tile.cuh); 2^−k_r → sScale[r]. Four threads a row (lanes of one warp), two 16-byte
+// pieces of each chunk row each.
+__device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) {
+  const int row = tid >> 2, x0 = 2 * (tid & 3);
+  uint4 v[9][2];
+  float mx = 0.f;
+#pragma unroll
+  for (int i = 0; i < 9; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      v[i][j] = ld_shared_v4(sQ + i * kChunkBytes + swz128(row, x0 + j));
+      mx = fmaxf(mx, fmaxf(fmaxf(bf16x2_absmax(v[i][j].x), bf16x2_absmax(v[i][j].y)),
+                           fmaxf(bf16x2_absmax(v[i][j].z), bf16x2_absmax(v[i][j].w))));
+    }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const int k = q_row_exponent(mx);
+  const float f = pow2(k);
+#pragma unroll
+  for (int i = 0; i < 9; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      st_shared_v4(sQ + i * kChunkBytes + swz128(row, x0 + j),
+                   make_uint4(bf16x2_to_f16x2(v[i][j].x, f), bf16x2_to_f16x2(v[i][j].y, f),
+                              bf16x2_to_f16x2(v[i][j].z, f), bf16x2_to_f16x2(v[i][j].w, f)));
+  if ((tid & 3) == 0) st_shared_f32(sScale + row * 4, pow2(-k));
+}
+
 // grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA per SM.
 template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p) {
@@ -383,6 +425,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   cp_async_wait<0>();  // Q (the tiles' copies are in no commit group)
   fence_proxy_async();
   __syncthreads();
+  if constexpr (kFp8) {
+    q_to_f16(ss.sQ, sbase + kOffQScale, tid);
+    fence_proxy_async();
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) ss.sc[h] = p.scale_log2 * ld_shared_f32(sbase + kOffQScale + ss.rr[h] * 4);
+  }
   uint32_t q8[4][4];  // Q[:, 512 + 16k, +16) as A fragments
 #pragma unroll
   for (int k = 0; k < 4; ++k)
@@ -435,7 +484,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   float m[2], lt[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4);
+    m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4) - (kFp8 ? 15.f : 0.f);  // fp8: l is Σ P·2^15
     lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
   }
   store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);

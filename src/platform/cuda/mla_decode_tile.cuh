@@ -5,6 +5,7 @@
 // shared memory (exact), so the products read bf16 either way.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -133,6 +134,38 @@ __device__ __forceinline__ void widen_fp8x16(uint4 v, uint32_t chunk, int key, i
   }
   sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
   sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
+}
+
+// The same in f16 (one cvt a pair): the f16 products of the fp8 kernels.
+__device__ __forceinline__ void widen_fp8x16_f16(uint4 v, uint32_t chunk, int key, int sub) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t b[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) sm90::fp8x4_to_f16x2x2(w[k], b[2 * k], b[2 * k + 1]);
+  sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
+  sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
+}
+
+// ---- f16 products for fp8 KV (mla_decode_narrow.cu, mla_decode_seesaw.cu) -----------------------
+// e4m3 → f16 is exact and one cvt a pair. Each Q row is scaled by a power of two 2^k (exact) so that
+// its largest |q| lies in [2^14, 2^15): every bf16 value of the row down to 2^-28 of that largest is
+// then exactly an f16 value (smaller ones keep fewer bits); S's row is scaled back by 2^-k with the
+// softmax scale. P goes in as P·2^15 in f16 (P ≤ 1; 11 significant bits against bf16's 8).
+constexpr float kPScale = 32768.f;  // 2^15
+// 2^e as a float, e in [−126, 127].
+__device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }
+// The larger |x| of a word's two bf16 values.
+__device__ __forceinline__ float bf16x2_absmax(uint32_t w) {
+  return fmaxf(fabsf(__uint_as_float(w << 16)), fabsf(__uint_as_float(w & 0xffff0000u)));
+}
+// k for a row whose largest |q| is mx; 0 for a row of zeros or with an infinity.
+__device__ __forceinline__ int q_row_exponent(float mx) {
+  return mx > 0.f && mx <= 3.4e38f ? min(100, max(-100, 14 - ((__float_as_int(mx) >> 23) - 127))) : 0;
+}
+// A word's two bf16 values times f (a power of two) as f16x2.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
+  const __half2 x = __floats2half2_rn(__uint_as_float(w << 16) * f, __uint_as_float(w & 0xffff0000u) * f);
+  return *reinterpret_cast<const uint32_t*>(&x);
 }
 
 // A raw fp8 stage read by the products themselves (kRawOperands below): [64 keys][576 bytes], the
