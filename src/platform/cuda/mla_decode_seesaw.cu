@@ -24,7 +24,7 @@
 // chunk by chunk, just before its products on the chunk. The fp8 kernel multiplies in f16
 // (mla_decode_tile.cuh): e4m3 → f16 is exact and one cvt a pair; Q's rows are scaled into f16's
 // range once, and P goes in as P·2^15.
-// Chunk c's bf16 output covers only raw chunks already widened, except for a half's last chunk
+// Chunk c's 16-bit output covers only raw chunks already widened, except for a half's last chunk
 // (3, 8), whose raw rows are read into registers before any thread writes.
 #include <cuda_bf16.h>
 
@@ -221,7 +221,7 @@ struct Seesaw {
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float v = kFp8 ? ex2(fmaf(s[4 * j + e], sc[e >> 1], 15.f - base[e >> 1]))
+        const float v = kFp8 ? ex2(fmaf(s[4 * j + e], sc[e >> 1], float(kPScaleLog2) - base[e >> 1]))
                              : ex2(fmaf(s[4 * j + e], p.scale_log2, -base[e >> 1]));
         s[4 * j + e] = v;
         sum[e >> 1] += v;
@@ -232,12 +232,7 @@ struct Seesaw {
       for (int r = 0; r < 4; ++r) pb[kk][r] = pack_p(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
   }
   static __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
-    if constexpr (kFp8) {
-      const __half2 x = __floats2half2_rn(lo, hi);
-      return *reinterpret_cast<const uint32_t*>(&x);
-    } else {
-      return pack_bf16(lo, hi);
-    }
+    return kFp8 ? pack_f16(lo, hi) : pack_bf16(lo, hi);
   }
   // P [64 rows][64 keys] → shared memory at sp (swizzled, the A operand of pv_smem); scale per row.
   __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t sp, const float (&scale)[2]) const {
@@ -484,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   float m[2], lt[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4) - (kFp8 ? 15.f : 0.f);  // fp8: l is Σ P·2^15
+    m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4) - (kFp8 ? float(kPScaleLog2) : 0.f);  // fp8: l is Σ P·2^15
     lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
   }
   store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);

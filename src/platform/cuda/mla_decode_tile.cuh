@@ -151,7 +151,8 @@ __device__ __forceinline__ void widen_fp8x16_f16(uint4 v, uint32_t chunk, int ke
 // its largest |q| lies in [2^14, 2^15): every bf16 value of the row down to 2^-28 of that largest is
 // then exactly an f16 value (smaller ones keep fewer bits); S's row is scaled back by 2^-k with the
 // softmax scale. P goes in as P·2^15 in f16 (P ≤ 1; 11 significant bits against bf16's 8).
-constexpr float kPScale = 32768.f;  // 2^15
+constexpr int kPScaleLog2 = 15;
+constexpr float kPScale = float(1 << kPScaleLog2);  // 2^15
 // 2^e as a float, e in [−126, 127].
 __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }
 // The larger |x| of a word's two bf16 values.
@@ -164,8 +165,7 @@ __device__ __forceinline__ int q_row_exponent(float mx) {
 }
 // A word's two bf16 values times f (a power of two) as f16x2.
 __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
-  const __half2 x = __floats2half2_rn(__uint_as_float(w << 16) * f, __uint_as_float(w & 0xffff0000u) * f);
-  return *reinterpret_cast<const uint32_t*>(&x);
+  return sm90::pack_f16(__uint_as_float(w << 16) * f, __uint_as_float(w & 0xffff0000u) * f);
 }
 
 // A raw fp8 stage read by the products themselves (kRawOperands below): [64 keys][576 bytes], the
