@@ -24,8 +24,10 @@
 // chunk by chunk, just before its products on the chunk. The fp8 kernel multiplies in f16
 // (mla_decode_tile.cuh): e4m3 → f16 is exact and one cvt a pair; Q's rows are scaled into f16's
 // range once, and P goes in as P·2^15.
-// Chunk c's 16-bit output covers only raw chunks already widened, except for a half's last chunk
-// (3, 8), whose raw rows are read into registers before any thread writes.
+// Chunks are widened in pairs (0, 1), (2, 3), (4, 5), (6, 7), then 8, with one barrier a pair
+// before its products. Chunk c's 16-bit output covers only raw chunks widened in an earlier pair,
+// except for chunks 3 (over raw 2 and 3), 7 (raw 6) and 8 (raw 8): there every thread reads its raw
+// rows into registers, then a barrier, then the writes.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -122,19 +124,31 @@ struct Seesaw {
   __device__ __forceinline__ void qk(float (&s)[32], int buf, int phase, const uint32_t (&q8)[4][4],
                                      bool first) const {
     const uint64_t dk = sw128_desc(sK[buf], 16, 1024), dq = sw128_desc(sQ, 16, 1024);
-#pragma unroll
-    for (int c = C0; c < C1; ++c) {
-      mbar_wait(barrier(buf, c), phase);
-      if constexpr (kFp8) widen<kWg>(buf, c);
-      fence_proxy_async();
-      if constexpr (kFp8) named_bar_sync(kBarWiden + kWg, 128);  // all of chunk c is bf16
-      wgmma_fence();
+    auto products = [&](int c) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const uint32_t off = c * kChunkBytes + k * 32;
         const int acc = first && c == C0 && k == 0 ? 0 : 1;
         if (c < 8) wgmma_m64n64k16_ss<0, 0, kFp8>(s, desc_add(dq, off), desc_add(dk, off), acc);
         else wgmma_m64n64k16_rs<0, kFp8>(s, q8[k], desc_add(dk, off), acc);
+      }
+    };
+#pragma unroll
+    for (int c = C0; c < C1; ++c) {
+      mbar_wait(barrier(buf, c), phase);
+      if constexpr (kFp8) {  // chunks widened in pairs (c − 1, c), one barrier a pair
+        widen<kWg>(buf, c);
+        if (c % 2 == 1 || c == C1 - 1) {
+          fence_proxy_async();
+          named_bar_sync(kBarWiden + kWg, 128);  // all of the pair is f16
+          wgmma_fence();
+          if (c % 2 == 1 && c > C0) products(c - 1);
+          products(c);
+        }
+      } else {
+        fence_proxy_async();
+        wgmma_fence();
+        products(c);
       }
     }
     wgmma_commit();
@@ -147,7 +161,7 @@ struct Seesaw {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
       v[i] = ld_shared_v4(sK[buf] + raw_offset(c) + ((wt >> 2) + 32 * i) * 64 + (wt & 3) * 16);
-    if (c == 3 || c == 8) named_bar_sync(kBarWiden + kWg, 128);  // own raw rows read
+    if (c == 3 || c == 7 || c == 8) named_bar_sync(kBarWiden + kWg, 128);  // the raw rows it overlaps read
 #pragma unroll
     for (int i = 0; i < 2; ++i)
       widen_fp8x16_f16(v[i], sK[buf] + c * kChunkBytes, (wt >> 2) + 32 * i, wt & 3);
