@@ -21,13 +21,13 @@
 //
 // fp8 KV (e4m3, × kv_scale folded into the softmax and output scales): a half's raw rows land in the
 // top of its own 16-bit area (half its size) and the warpgroup computing S widens them in place,
-// chunk by chunk, just before its products on the chunk. The fp8 kernel multiplies in f16
+// a pair of chunks at a time, just before its products on the pair. The fp8 kernel multiplies in f16
 // (mla_decode_tile.cuh): e4m3 → f16 is exact and one cvt a pair; Q's rows are scaled into f16's
 // range once, and P goes in as P·2^15.
 // Chunks are widened in pairs (0, 1), (2, 3), (4, 5), (6, 7), then 8, with one barrier a pair
 // before its products. Chunk c's 16-bit output covers only raw chunks widened in an earlier pair,
-// except for chunks 3 (over raw 2 and 3), 7 (raw 6) and 8 (raw 8): there every thread reads its raw
-// rows into registers, then a barrier, then the writes.
+// except for chunks 3 (over raw 2 and 3), 7 (over raw 6) and 8 (over raw 8): there every thread
+// reads its raw rows into registers, then a barrier, then the writes.
 #include <cuda_bf16.h>
 
 #include <cmath>
