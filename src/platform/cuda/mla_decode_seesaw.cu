@@ -164,7 +164,7 @@ struct Seesaw {
     if (c == 3 || c == 7 || c == 8) named_bar_sync(kBarWiden + kWg, 128);  // the raw rows it overlaps read
 #pragma unroll
     for (int i = 0; i < 2; ++i)
-      widen_fp8x16_f16(v[i], sK[buf] + c * kChunkBytes, (wt >> 2) + 32 * i, wt & 3);
+      widen_fp8x16<true>(v[i], sK[buf] + c * kChunkBytes, (wt >> 2) + 32 * i, wt & 3);
   }
 
   // o += P · V[:, 256·half, +256) of buffer buf; P from registers (pb) or from shared memory (sp).

@@ -123,25 +123,21 @@ __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&f)[2])
 }
 
 // Sixteen e4m3 values (columns 16·sub + [0, 16) of a 64-column chunk) of key `key` → their bf16
-// values (exact) in the 128B-swizzled 16-bit chunk at `chunk`: its 16-byte pieces 2·sub, 2·sub + 1.
+// values, or with kF16 their f16 values (one cvt a pair: the f16 products of the fp8 kernels), exact,
+// in the 128B-swizzled 16-bit chunk at `chunk`: its 16-byte pieces 2·sub, 2·sub + 1.
+template <bool kF16 = false>
 __device__ __forceinline__ void widen_fp8x16(uint4 v, uint32_t chunk, int key, int sub) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   uint32_t b[8];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    b[2 * k] = sm90::e4m3x2_to_bf16x2<0, 1>(w[k], w[k]);
-    b[2 * k + 1] = sm90::e4m3x2_to_bf16x2<2, 3>(w[k], w[k]);
+    if constexpr (kF16) {
+      sm90::fp8x4_to_f16x2x2(w[k], b[2 * k], b[2 * k + 1]);
+    } else {
+      b[2 * k] = sm90::e4m3x2_to_bf16x2<0, 1>(w[k], w[k]);
+      b[2 * k + 1] = sm90::e4m3x2_to_bf16x2<2, 3>(w[k], w[k]);
+    }
   }
-  sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
-  sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
-}
-
-// The same in f16 (one cvt a pair): the f16 products of the fp8 kernels.
-__device__ __forceinline__ void widen_fp8x16_f16(uint4 v, uint32_t chunk, int key, int sub) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t b[8];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) sm90::fp8x4_to_f16x2x2(w[k], b[2 * k], b[2 * k + 1]);
   sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub), make_uint4(b[0], b[1], b[2], b[3]));
   sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
 }
