@@ -309,9 +309,12 @@ constexpr int kQBytes = 3 * kChunk;     // 49152
 constexpr int kKBytes = 3 * kChunk;     // 49152
 constexpr int kVBytes = 2 * kChunk;     // 32768
 constexpr int kOWarpBytes = 16 * 128;  // a consumer warp's O rows on their way out: [16 rows][64], swizzled
-// Barriers (8 bytes each): 0 Q full; 1,2 K full; 3,4 V full; 5,6 stage empty; 7 Q empty. Then the
+// Barriers (8 bytes each): 0 Q full; 1,2 K full; 3,4 V full; 5,6 K stage empty; 7 Q empty; 8,9 V
+// stage empty. A stage's K is released once its Q Kᵀ is done, its V once its P V is: the next K
+// then loads while the softmax and P V of the tile before run (−1.6 % at causal s 4096 h128, −4.5 %
+// at h16, against one release a stage after P V). Then the
 // block (next_block) and its request's segment, 5 ints.
-constexpr int kBarriers = 8;
+constexpr int kBarriers = 10;
 constexpr int kSmemBytes =
     1024 /*alignment slack*/ + kQBytes + 2 * kKBytes + 2 * kVBytes + 8 * kOWarpBytes + 8 * kBarriers + 32;
 static_assert(kSmemBytes <= 227 * 1024, "an H200 block holds 227 KB of shared memory");
@@ -409,7 +412,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < 2; ++s) {
       mbar_init(bar(1 + s), 1);
       mbar_init(bar(3 + s), 1);
-      mbar_init(bar(5 + s), 256);  // every consumer thread releases the stage
+      mbar_init(bar(5 + s), 256);  // every consumer thread releases the stage's K
+      mbar_init(bar(8 + s), 256);  // and its V
     }
     mbar_init(bar(7), 256);  // and the Q buffer, after its block's last Q Kᵀ
     fence_mbarrier_init();
@@ -426,6 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int krow = q.k0 + tile_key0(q, n);
         mbar_expect_tx(bar(1 + s), kKBytes);
         for (int c = 0; c < 3; ++c) tma_load_3d(sK + s * kKBytes + c * kChunk, &tmk, bar(1 + s), c * 64, w.h, krow);
+        if (g >= 2) mbar_wait(bar(8 + s), ((g >> 1) - 1) & 1);
         mbar_expect_tx(bar(3 + s), kVBytes);
         for (int c = 0; c < 2; ++c) tma_load_3d(sV + s * kVBytes + c * kChunk, &tmv, bar(3 + s), c * 64, w.h, krow);
         ++g;
@@ -529,6 +534,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Stage and phase of this block's key tile it.
   auto stage = [&](int it) { return (g + it) & 1; };
   auto phase = [&](int it) { return ((g + it) >> 1) & 1; };
+  auto k_free = [&](int st) { mbar_arrive(bar(5 + st)); };
+  auto v_free = [&](int st) { mbar_arrive(bar(8 + st)); };
   // kPingpong: the two warpgroups take turns issuing their products (named barriers 1 and 2), so
   // one's softmax runs under the other's matrix work. Warpgroup 1 opens with a token for
   // warpgroup 0 and skips its last hand-over, so every barrier phase completes.
@@ -549,6 +556,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     turn_pass();
     wgmma_wait<0>();
     reg_fence(s);
+    k_free(stage(0));
     {
       float alpha[2];
       softmax(0, alpha);  // acc is still 0
@@ -567,12 +575,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       turn_pass();
       wgmma_wait<1>();  // S(it) ready; P(it−1) V runs on
       reg_fence(s);
+      k_free(st);
       float alpha[2];
       softmax(it, alpha);
       wgmma_wait<0>();
       reg_fence(acc);
       reg_fence(s);
-      mbar_arrive(bar(5 + pst));
+      v_free(pst);
       rescale(alpha);
       to_p();
     }
@@ -585,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) turn_pass();
     wgmma_wait<0>();
     reg_fence(acc);
-    mbar_arrive(bar(5 + lst));
+    v_free(lst);
     mbar_arrive(bar(7));
   } else {
     for (int it = 0; it < n_tiles; ++it) {
@@ -596,6 +605,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();
       reg_fence(s);
+      k_free(st);
       if (it == n_tiles - 1) mbar_arrive(bar(7));  // Q is read for the last time
       float alpha[2];
       softmax(it, alpha);
@@ -607,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();
       reg_fence(acc);
-      mbar_arrive(bar(5 + st));
+      v_free(st);
     }
   }
   g += n_tiles;
