@@ -82,16 +82,22 @@ __device__ void write_empty_rows(const Req& q, int m0, int rows, int h, int H, b
 // A thread holds NB blocks of 8 key columns × 4 values: [0],[1] row r0 (cols 2·(lane%4) + 0/1),
 // [2],[3] row r0 + 8. Four lanes (a quad) share a row.
 
-// −inf where key j = key0 + col is outside [key_lo, klen) or after the causal diagonal.
+// −inf where key j = key0 + col is outside [key_lo, klen) or after the causal diagonal. Branch-free:
+// a thread's columns are 2·(lane % 4) plus constants, so each value takes one range test of a
+// constant against two per-row bounds and a select (as per-value index arithmetic with a branch
+// each, the diagonal tile's mask cost ~540 instructions a warp, more than the softmax after it).
 template <int NB>
 __device__ __forceinline__ void apply_mask(float (&s)[NB * 4], int lane, int key0, int key_lo, int klen,
                                            int qi0, int diag, bool causal) {
+  const int base = key0 + (lane & 3) * 2;
+  const int lo = key_lo - base;  // columns c in [lo, hi[r]] stay, c = 8·block + (0 or 1)
+  int hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) hi[r] = (causal ? min(klen - 1, diag + qi0 + 8 * r) : klen - 1) - base;
 #pragma unroll
   for (int i = 0; i < NB * 4; ++i) {
-    const int j = key0 + (i / 4) * 8 + (lane & 3) * 2 + (i & 1);
-    const int qi = qi0 + ((i >> 1) & 1) * 8;
-    const bool ok = j >= key_lo && j < klen && (!causal || j <= diag + qi);
-    if (!ok) s[i] = -INFINITY;
+    const int c = (i / 4) * 8 + (i & 1);
+    s[i] = c >= lo && c <= hi[(i >> 1) & 1] ? s[i] : -INFINITY;
   }
 }
 
