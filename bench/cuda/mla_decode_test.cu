@@ -97,6 +97,22 @@ uint8_t f_to_fp8(float f) {  // nearest (ties to the even code), saturating
   return uint8_t(best | (f < 0 ? 0x80 : 0));
 }
 
+// The e4m3 Q of the narrow fp8 kernel (mla_fast_rounds_q_to_e4m3): each packed row [576] times
+// 2^k, k = 7 − ⌊log2 max|q|⌋ (clamped to ±100), rounded to e4m3fn, times 2^−k.
+std::vector<float> q_rounded_to_e4m3(const std::vector<float>& q) {
+  std::vector<float> out(q.size());
+  for (size_t r = 0; r < q.size() / kD; ++r) {
+    float mx = 0.f;
+    for (int c = 0; c < kD; ++c) mx = std::max(mx, std::fabs(q[r * kD + c]));
+    uint32_t bits;
+    std::memcpy(&bits, &mx, 4);
+    const int k = mx > 0.f && std::isfinite(mx) ? std::clamp(7 - (int((bits >> 23) & 0xff) - 127), -100, 100) : 0;
+    for (int c = 0; c < kD; ++c)
+      out[r * kD + c] = std::ldexp(fp8_to_f(f_to_fp8(std::ldexp(q[r * kD + c], k))), -k);
+  }
+  return out;
+}
+
 struct Rng {
   uint64_t s;
   uint64_t next() {
@@ -351,7 +367,9 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   std::vector<float> o_ref(rows * kDv, NAN), lse_ref(rows, NAN);
   std::vector<int> all(B);
   std::iota(all.begin(), all.end(), 0);
-  reference(pb, all, qf, [&](int r, int j) { return &kvf[size_t(pb.k_start[r] + j) * kD]; }, o_ref, lse_ref);
+  const auto kvrow = [&](int r, int j) { return &kvf[size_t(pb.k_start[r] + j) * kD]; };
+  reference(pb, all, qf, kvrow, o_ref, lse_ref);
+  std::vector<float> o_ref8, lse_ref8;  // over Q rounded to e4m3, for the launches that round it
 
   // Device buffers
   std::vector<int32_t> seg;
@@ -400,7 +418,14 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
       ++g_failures;
       continue;
     }
-    const int used_splits = mla_attention_fast(p, MlaDecodeTuning{v.splits, v.mma, v.variant | g_base_variant});
+    const MlaDecodeTuning tuning{v.splits, v.mma, v.variant | g_base_variant};
+    const bool q8 = mla_fast_rounds_q_to_e4m3(p, mla_fast_schedule(p, tuning));
+    if (q8 && o_ref8.empty()) {  // the reference over the Q this launch multiplies
+      o_ref8.assign(rows * kDv, NAN);
+      lse_ref8.assign(rows, NAN);
+      reference(pb, all, q_rounded_to_e4m3(qf), kvrow, o_ref8, lse_ref8);
+    }
+    const int used_splits = mla_attention_fast(p, tuning);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<float> o(rows * kDv), lse(rows);
@@ -412,12 +437,17 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
       for (size_t i = 0; i < ob.size(); ++i) o[i] = bf2f(ob[i]);
     }
     CK(cudaMemcpy(lse.data(), d_lse, rows * 4, cudaMemcpyDeviceToHost));
-    const Errors e = compare(pb, all, o, lse, o_ref, lse_ref);
+    const Errors e = compare(pb, all, o, lse, q8 ? o_ref8 : o_ref, q8 ? lse_ref8 : lse_ref);
     const bool ok = e.pass(1e-2, 1e-3);
     if (!ok && (v.variant & 7) == 0) ++g_failures;
     say("  %-34s %-16s s=%-3d relL2 %.2e  maxabs %.2e  lse %.2e  nan %lld  -inf-mismatch %lld  %s\n", name,
         v.name, used_splits, e.rel_l2, e.max_abs, e.lse_err, (long long)e.nan, (long long)e.inf_mismatch,
         ok ? "ok" : (v.variant & 7) ? "fail (diagnostic)" : "FAIL");
+    if (q8) {  // what rounding Q costs: the same output against the bf16-Q reference (not judged)
+      const Errors eq = compare(pb, all, o, lse, o_ref, lse_ref);
+      say("  %-34s %-16s       against the bf16-Q reference: relL2 %.2e  lse %.2e\n", name, v.name, eq.rel_l2,
+          eq.lse_err);
+    }
     // A failing wgmma run: localize it (S or P·V product, V descriptor strides) a few times.
     static int diagnostics = 0;
     if (!ok && vi == 0 && !pb.fp8 && diagnostics < 3) {
@@ -682,10 +712,13 @@ void run_bench(const BenchCase& bc) {
   if (ws_bytes) CK(cudaMalloc(&d_ws, ws_bytes));
   const MlaDecodeTuning tuning{bc.splits, bc.mma, bc.variant | g_base_variant};
   int used_splits = 0;
+  bool q8 = false;  // the launch rounds Q to e4m3: the check's reference does too
   auto launch = [&](int i) {
     const Set& st = sets[i % nsets];
     MlaParams p = make_params(pb, st.q, st.kv, st.slots, d_seg, d_o, false, d_lse, d_ws, ws_bytes);
-    used_splits = mla_attention_fast(p, tuning);
+    const MlaDecodeSchedule sched = mla_fast_schedule(p, tuning);
+    q8 = mla_fast_rounds_q_to_e4m3(p, sched);
+    used_splits = mla_attention_fast(p, sched, tuning);
   };
   const float ms = median_ms(launch, 3, 30);
   const float ms2 = median_ms(launch, 1, 30);  // second measurement: spread
@@ -729,7 +762,8 @@ void run_bench(const BenchCase& bc) {
     }
     CK(cudaFree(d_g));
     std::vector<float> o_ref(rows * kDv), lse_ref(rows);
-    reference(pb, reqs, qf, [&](int r, int j) { return &kvr[r][size_t(j) * kD]; }, o_ref, lse_ref);
+    reference(pb, reqs, q8 ? q_rounded_to_e4m3(qf) : qf, [&](int r, int j) { return &kvr[r][size_t(j) * kD]; },
+              o_ref, lse_ref);
     const Errors e = compare(pb, reqs, of, lse, o_ref, lse_ref);
     const bool ok = e.pass(1e-2, 1e-3);
     if (!ok) ++g_failures;
@@ -767,6 +801,7 @@ void run_benches() {
       {"h128 b128 sq1 sk4096 fp8", 128, 128, 1, 4096, true, false},
       {"h16  b128 sq1 sk4096 fp8", 16, 128, 1, 4096, true, false},
       {"h16  b128 sq1 sk4096 fp8 wide", 16, 128, 1, 4096, true, false, 8},
+      {"h16  b1   sq1 sk16384 fp8", 16, 1, 1, 16384, true, false},
       {"h64  b128 sq1 sk4096 bf16", 64, 128, 1, 4096, false, false},
       {"h64  b128 sq1 sk4096 bf16 splitS", 64, 128, 1, 4096, false, false, 16},
       {"h64  b128 sq1 sk4096 fp8", 64, 128, 1, 4096, true, false},

@@ -103,6 +103,10 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
   return s;
 }
 
+bool mla_fast_rounds_q_to_e4m3(const MlaParams& p, const MlaDecodeSchedule& s) {
+  return s.narrow && narrow_raw_fp8(s.tile_rows, p.kv_elem == Elem::FP8_E4M3FN);
+}
+
 int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const MlaDecodeTuning& tuning) {
   const DeviceSegments& sg = p.seg;
   if (sg.num_requests <= 0 || sg.total_q <= 0 || s.row_tiles <= 0) return 0;

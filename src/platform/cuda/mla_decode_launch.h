@@ -50,9 +50,11 @@ enum class WideProducts { kWgmma, kSplitS, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV 
 // device.
 void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products);
 void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8);
-// tile_rows: 8, 16 or 32. CTAs of the narrow kernel one SM holds (fp8 rows through registers at
-// ≤ 16 rows leave room for two).
-constexpr int narrow_ctas_per_sm(int tile_rows, bool fp8) { return fp8 && tile_rows <= 16 ? 2 : 1; }
+// tile_rows: 8, 16 or 32. The narrow kernel's raw fp8 form (mla_decode_narrow.cu): fp8 rows through
+// registers, Q·Kᵀ in e4m3, at ≤ 16 rows.
+constexpr bool narrow_raw_fp8(int tile_rows, bool fp8) { return fp8 && tile_rows <= 16; }
+// CTAs of the narrow kernel one SM holds (the raw form leaves room for two).
+constexpr int narrow_ctas_per_sm(int tile_rows, bool fp8) { return narrow_raw_fp8(tile_rows, fp8) ? 2 : 1; }
 void launch_narrow(const KParams& kp, dim3 grid, cudaStream_t stream, int tile_rows, bool fp8);
 // Merges the kp.splits partial results of the workspace into kp.o / kp.lse; early: launched as a
 // programmatic dependent of the decode kernel before it in the stream (every decode kernel calls

@@ -8,21 +8,23 @@
 //
 // fp8 KV at 8 or 16 rows: no bf16 tile at all. The raw e4m3 rows stream into two shared-memory
 // stages (raw_piece's layout, 36 KB each), and both products take the KV tile as their A operand
-// from registers, each thread loading and converting its own fragment (e4m3 → f16, one cvt a pair):
-//   Sᵀ = K · Qᵀ: thread (warp w, lane 4g + c) holds keys 16w + g + {0, 8}; the k index of a k16 step
-//     is permuted so that its four values 2c, 2c + 1, 2c + 8, 2c + 9 are the four neighbouring bytes
-//     16c + 4j + [0, 4) of the chunk (one 16-byte load covers the chunk's four steps). Q is stored in
-//     the same permuted order, so the sums are the dot products over all 576 columns.
-//   Oᵀ += Vᵀ · Pᵀ: the 16 keys of step kk are permuted the same way (logical 2c, 2c + 1, 2c + 8, 2c + 9
-//     = keys 16kk + c + {0, 4, 8, 12}), and the output rows too: logical rows g, g + 8 of blocks 2B
-//     and 2B + 1 are the dims 128B + 32w + 4g + [0, 4). One 4-byte load per key gives a thread four
-//     dims, and a byte permute pairs the keys. Pᵀ is written in the permuted key order.
+// from registers, each thread loading its own fragment:
+//   Sᵀ = K · Qᵀ in e4m3 (wgmma m64nNk32, f32 sums): Q's rows are rounded to e4m3 once per CTA, each
+//     after a power-of-two scale that puts its largest |q| in [2^7, 2^8) (the scale goes back with
+//     the softmax scale). Thread (warp w, lane 4g + c) holds keys 16w + g + {0, 8}; its 16-byte piece
+//     c of a 64-column chunk is, as it lies, its four fragment words of the chunk's two k32 steps
+//     (step st: bytes 8st + [0, 4) are k 4c + [0, 4), bytes 8st + [4, 8) are k 16 + 4c + [0, 4)). Q is
+//     stored in that permuted order, so the sums are the dot products over all 576 columns. Rounding
+//     Q costs accuracy (at 16 heads, o within ~2e-2 relative L2 of the bf16-Q result); it halves
+//     the products of S (18 a tile instead of 36) and no K value is converted.
+//   Oᵀ += Vᵀ · Pᵀ in f16 (e4m3 → f16 is exact, one cvt a pair): the 16 keys of step kk are permuted
+//     (logical 2c, 2c + 1, 2c + 8, 2c + 9 = keys 16kk + c + {0, 4, 8, 12}), and the output rows too:
+//     logical rows g, g + 8 of blocks 2B and 2B + 1 are the dims 128B + 32w + 4g + [0, 4). One 4-byte
+//     load per key gives a thread four dims, and a byte permute pairs the keys. Pᵀ is written in the
+//     permuted key order, as P·2^15 in f16 (mla_decode_tile.cuh), and the output comes back by 2^-15.
 // So the tile passes through shared memory once each way instead of being widened into a 72 KB bf16
 // tile that both products then read (the 16-bit A operands read ~140 KB a tile), and two CTAs fit an
 // SM; the schedule counts the SM's two slots (narrow_ctas_per_sm).
-//
-// Those fp8 kernels multiply in f16, not bf16 (mla_decode_tile.cuh: each Q row scaled by a power of
-// two, Pᵀ as P·2^15), and the output comes back by 2^-15.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -51,6 +53,13 @@ template <int N>
 __device__ __forceinline__ void wgmma_narrow_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
   if constexpr (N == 8) wgmma_m64n8k16_rs<0, true>(d, a, db, scale_d);
   else wgmma_m64n16k16_rs<0, true>(d, a, db, scale_d);
+}
+
+// The same in e4m3 with k 32, N = 8 or 16 (Q·Kᵀ of the raw fp8 kernels).
+template <int N>
+__device__ __forceinline__ void wgmma_narrow_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  if constexpr (N == 8) wgmma_m64n8k32_rs_e4m3(d, a, db, scale_d);
+  else wgmma_m64n16k32_rs_e4m3(d, a, db, scale_d);
 }
 
 // The row reductions over the tile's 64 keys, in two steps around a barrier: stage_rows reduces
@@ -88,57 +97,60 @@ __device__ __forceinline__ float row_total(float init, uint32_t red, int row) {
 constexpr int kNarrowThreads = 128;
 // fp8 tiles as register A operands (see above) at N ≤ 16.
 template <int N, bool kFp8>
-constexpr bool kRawA = kFp8 && N <= 16;
+constexpr bool kRawA = narrow_raw_fp8(N, kFp8);
 template <int N, bool kFp8>
 struct NarrowSmem {
-  static constexpr int kQ = 0;             // Q [9][N rows][64] bf16 (kRawA: f16, permuted), swizzled
+  static constexpr int kQ = 0;             // Q [9][N rows][64] bf16, 128B-swizzled (kRawA: then e4m3, see q_to_e4m3)
   static constexpr int kKV = 9 * N * 128;  // the KV area: 2 bf16 stages, or 1 bf16 tile + 2 raw
                                            // stages, or (kRawA) 2 raw stages in one tile's bytes
   static constexpr int kP = kKV + (kRawA<N, kFp8> ? 1 : 2) * kTileBytes;  // Pᵀ [N][64] bf16 or f16
   static constexpr int kRed = kP + N * 128;          // f32 [4 warps][N] max, [4][N] sum
-  static constexpr int kQScale = kRed + 2 * 4 * N * 4;  // f32 [N]: 2^-k of each Q row (f16 kernels)
+  static constexpr int kQScale = kRed + 2 * 4 * N * 4;  // f32 [N]: 2^-k of each Q row (kRawA)
   static constexpr int kBytes = kQScale + N * 4 + 1024;
 };
 
-// The f16 kernels' Q (see the top): Q [9][N][64] bf16 at sQ → f16 in place, row r scaled by 2^k_r
-// and its columns permuted as the raw K fragments are: the 16-byte piece `sub` of a chunk row (its
-// 32-bit words e = 0..3) takes the chunk's words 8e + sub. 2^−k_r → sScale[r]. N ≤ 16: the 8
-// threads of a row (tid / 8) are lanes of one warp, and a warp holds either rows in all its lanes
-// or none.
+// The e4m3 Q of the raw kernels (see the top): Q [9][N][64] bf16 at sQ → [9][N][64 bytes] e4m3 in
+// place, 64B-swizzled, row r scaled by 2^k_r (its largest |q| into [2^7, 2^8)) and each k32 step's
+// columns in the order the raw K fragments hold them: physical column 8·sub + e of a chunk (its bf16
+// piece sub) is logical k 16·(e / 4) + 4·(sub / 2) + e mod 4 of step sub mod 2, i.e. byte 4·(sub / 2) +
+// e mod 4 of 16-byte unit 2·(sub mod 2) + e / 4. 2^−k_r → sScale[r] (NaN for a row holding an
+// infinity, which e4m3's saturation would otherwise hide). Eight threads a row (lanes of one warp).
 template <int N>
-__device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) {
+__device__ __forceinline__ void q_to_e4m3(uint32_t sQ, uint32_t sScale, int tid) {
   static_assert(N <= 16, "one pass of 128 threads over the rows");
   const int row = tid >> 3, sub = tid & 7;
-  if (row >= N) return;
+  const bool mine = row < N;  // whole warps
+  uint4 v[9];
   float mx = 0.f;
+  if (mine)
 #pragma unroll
-  for (int i = 0; i < 9; ++i) {
-    const uint4 v = ld_shared_v4(sQ + i * (N * 128) + swz128(row, sub));
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) mx = fmaxf(mx, bf16x2_absmax(w[e]));
-  }
+    for (int i = 0; i < 9; ++i) {
+      v[i] = ld_shared_v4(sQ + i * (N * 128) + swz128(row, sub));
+      mx = fmaxf(mx, fmaxf(fmaxf(bf16x2_absmax(v[i].x), bf16x2_absmax(v[i].y)),
+                           fmaxf(bf16x2_absmax(v[i].z), bf16x2_absmax(v[i].w))));
+    }
 #pragma unroll
   for (int d = 1; d < 8; d <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-  const int k = q_row_exponent(mx);
+  const int k = q_row_exponent(mx, 7);
   const float f = pow2(k);
-  uint32_t w[9][4];
+  uint32_t w[9][2];
+  if (mine)
 #pragma unroll
-  for (int i = 0; i < 9; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int src = 8 * e + sub;  // word of the chunk row
-      w[i][e] = ld_shared_u32(sQ + i * (N * 128) + swz128(row, src >> 2) + (src & 3) * 4);
+    for (int i = 0; i < 9; ++i) {
+      const auto lo = [&](uint32_t x) { return __uint_as_float(x << 16) * f; };
+      const auto hi = [&](uint32_t x) { return __uint_as_float(x & 0xffff0000u) * f; };
+      w[i][0] = e4m3x4(lo(v[i].x), hi(v[i].x), lo(v[i].y), hi(v[i].y));
+      w[i][1] = e4m3x4(lo(v[i].z), hi(v[i].z), lo(v[i].w), hi(v[i].w));
     }
-  __syncwarp();  // the row's 8 threads read all of it before any writes
+  __syncthreads();  // every bf16 row read before the packed e4m3 rows overwrite them
+  if (mine) {
 #pragma unroll
-  for (int i = 0; i < 9; ++i) {
-    uint32_t h[4];
+    for (int i = 0; i < 9; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) h[e] = bf16x2_to_f16x2(w[i][e], f);
-    st_shared_v4(sQ + i * (N * 128) + swz128(row, sub), make_uint4(h[0], h[1], h[2], h[3]));
+      for (int h = 0; h < 2; ++h)
+        st_shared_u32(sQ + i * (N * 64) + swz64(row, 2 * (sub & 1) + h) + 4 * (sub >> 1), w[i][h]);
+    if (sub == 0) st_shared_f32(sScale + row * 4, mx <= 3.4e38f ? pow2(-k) : __int_as_float(0x7fc00000));
   }
-  if (sub == 0) st_shared_f32(sScale + row * 4, pow2(-k));
 }
 
 template <int N, bool kFp8>
@@ -146,7 +158,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRawA<N, kFp8> ? 2 : 1)
     mla_narrow_kernel(const KParams p) {
   using L = NarrowSmem<N, kFp8>;
   constexpr bool kRaw = kRawA<N, kFp8>;
-  constexpr bool kF16 = kRaw;  // f16 products (see the top)
+  constexpr bool kF16 = kRaw;  // P·V in f16 (see the top)
   constexpr int J = N / 8;     // 8-row groups
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -194,7 +206,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRawA<N, kFp8> ? 2 : 1)
   using Tile = KvTile<kNarrowThreads, kFp8, kRaw>;
   const Tile tile{p.kv, slots, k_len, sKV, sRaw, tid};
   int sl[Tile::kPasses];  // slots of this thread's keys of the next tile
-  float sc[J][2];         // S → log2 units, per row (kF16: × 2^−k of its Q row)
+  float sc[J][2];         // S → log2 units, per row (kRaw: × 2^−k of its Q row)
 #pragma unroll
   for (int j = 0; j < J; ++j)
 #pragma unroll
@@ -221,7 +233,7 @@ __global__ void __launch_bounds__(kNarrowThreads, kRawA<N, kFp8> ? 2 : 1)
       const uint32_t kv_tile = tile.wait(stage, more, sl);
       if constexpr (kRaw) {
         if (t == t_begin) {
-          q_to_f16<N>(sQ, sQScale, tid);
+          q_to_e4m3<N>(sQ, sQScale, tid);
           fence_proxy_async();
           __syncthreads();
 #pragma unroll
@@ -235,35 +247,56 @@ __global__ void __launch_bounds__(kNarrowThreads, kRawA<N, kFp8> ? 2 : 1)
       float s[N / 2];
 #pragma unroll
       for (int i = 0; i < N / 2; ++i) s[i] = 0.f;
-      const uint64_t dq = sw128_desc(sQ, 16, 1024);
       if constexpr (kRaw) {
-        // chunk i: this thread's 16 bytes of each of its two keys are the k16 steps j = 0..3 (word j:
-        // k 2c, 2c + 1 in its low half, 2c + 8, 2c + 9 in its high half); fragments double-buffered
-        // (chunk i + 1's bytes are loaded while chunk i's products are issued)
-        uint32_t a[2][4][4];
+        // chunk i: this thread's 16 bytes of each of its two keys are the k32 steps 2i, 2i + 1 as they
+        // lie (words 2st, 2st + 1: k 4c + [0, 4) and 16 + 4c + [0, 4) of step st for key g or g + 8);
+        // fragments double-buffered (chunk i + 1's bytes are loaded while chunk i's products are issued).
+        // Each chunk's two products sum into a fresh accumulator sa[i & 1], added to s in f32 once
+        // they complete, in chunk order: the tensor cores keep fewer bits of an e4m3 product chain's
+        // running sum than f32 does, and over all 18 steps a row's S lost up to 1.6e-3 of its LSE.
+        const uint64_t dq8 = sw64_desc(sQ, 512);
+        uint32_t a[2][2][4];
+        float sa[2][N / 2];
         uint4 kr[2];
+        const auto add_chunk = [&](const float (&c)[N / 2]) {
+#pragma unroll
+          for (int x = 0; x < N / 2; ++x) s[x] += c[x];
+        };
 #pragma unroll
         for (int h = 0; h < 2; ++h) kr[h] = ld_shared_v4(kv_tile + raw_piece(16 * wi + g + 8 * h, cq));
 #pragma unroll
         for (int i = 0; i < 9; ++i) {
-          if (i >= 2) wgmma_wait<1>();  // chunk i − 2's products no longer read a[i & 1]
+          if (i >= 2) {  // chunk i − 2's products are done: a[i & 1] is free, sa[i & 1] holds its sums
+            wgmma_wait<1>();
+            reg_fence(sa[i & 1]);
+            add_chunk(sa[i & 1]);
+          }
           const uint32_t w0[4] = {kr[0].x, kr[0].y, kr[0].z, kr[0].w}, w1[4] = {kr[1].x, kr[1].y, kr[1].z, kr[1].w};
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            fp8x4_to_f16x2x2(w0[j], a[i & 1][j][0], a[i & 1][j][2]);
-            fp8x4_to_f16x2x2(w1[j], a[i & 1][j][1], a[i & 1][j][3]);
+          for (int st = 0; st < 2; ++st) {
+            a[i & 1][st][0] = w0[2 * st];
+            a[i & 1][st][1] = w1[2 * st];
+            a[i & 1][st][2] = w0[2 * st + 1];
+            a[i & 1][st][3] = w1[2 * st + 1];
           }
           if (i < 8)
 #pragma unroll
             for (int h = 0; h < 2; ++h) kr[h] = ld_shared_v4(kv_tile + raw_piece(16 * wi + g + 8 * h, 4 * (i + 1) + cq));
           wgmma_fence();
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            wgmma_narrow_rs<N>(s, a[i & 1][j], desc_add(dq, i * (N * 128) + j * 32), i + j > 0);
+          for (int st = 0; st < 2; ++st)
+            wgmma_narrow_e4m3<N>(sa[i & 1], a[i & 1][st], desc_add(dq8, i * (N * 64) + st * 32), st);
           wgmma_commit();
         }
+        wgmma_wait<1>();
+        reg_fence(sa[1]);
+        add_chunk(sa[1]);  // chunk 7
+        wgmma_wait<0>();
+        reg_fence(sa[0]);
+        add_chunk(sa[0]);  // chunk 8
       } else {
         wgmma_fence();
+        const uint64_t dq = sw128_desc(sQ, 16, 1024);
         const uint64_t dk = sw128_desc(kv_tile, 16, 1024);
 #pragma unroll
         for (int kk = 0; kk < 36; ++kk) {

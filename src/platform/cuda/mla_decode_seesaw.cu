@@ -375,7 +375,7 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
     }
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  const int k = q_row_exponent(mx);
+  const int k = q_row_exponent(mx, 14);
   const float f = pow2(k);
 #pragma unroll
   for (int i = 0; i < 9; ++i)

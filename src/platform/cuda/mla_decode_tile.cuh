@@ -142,11 +142,12 @@ __device__ __forceinline__ void widen_fp8x16(uint4 v, uint32_t chunk, int key, i
   sm90::st_shared_v4(chunk + sm90::swz128(key, 2 * sub + 1), make_uint4(b[4], b[5], b[6], b[7]));
 }
 
-// ---- f16 products for fp8 KV (mla_decode_narrow.cu, mla_decode_seesaw.cu) -----------------------
+// ---- f16 products for fp8 KV (mla_decode_seesaw.cu; P·V of mla_decode_narrow.cu) -----------------
 // e4m3 → f16 is exact and one cvt a pair. Each Q row is scaled by a power of two 2^k (exact) so that
 // its largest |q| lies in [2^14, 2^15): every bf16 value of the row down to 2^-28 of that largest is
 // then exactly an f16 value (smaller ones keep fewer bits); S's row is scaled back by 2^-k with the
-// softmax scale. P goes in as P·2^15 in f16 (P ≤ 1; 11 significant bits against bf16's 8).
+// softmax scale (the narrow kernel's e4m3 Q takes its own 2^k the same way, q_row_exponent(mx, 7)).
+// P goes in as P·2^15 in f16 (P ≤ 1; 11 significant bits against bf16's 8).
 constexpr int kPScaleLog2 = 15;
 constexpr float kPScale = float(1 << kPScaleLog2);  // 2^15
 // 2^e as a float, e in [−126, 127].
@@ -155,9 +156,10 @@ __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) <
 __device__ __forceinline__ float bf16x2_absmax(uint32_t w) {
   return fmaxf(fabsf(__uint_as_float(w << 16)), fabsf(__uint_as_float(w & 0xffff0000u)));
 }
-// k for a row whose largest |q| is mx; 0 for a row of zeros or with an infinity.
-__device__ __forceinline__ int q_row_exponent(float mx) {
-  return mx > 0.f && mx <= 3.4e38f ? min(100, max(-100, 14 - ((__float_as_int(mx) >> 23) - 127))) : 0;
+// k for a row whose largest |q| is mx, so that mx·2^k lies in [2^top, 2^(top + 1)) (top 14: f16, 7:
+// e4m3); 0 for a row of zeros or with an infinity.
+__device__ __forceinline__ int q_row_exponent(float mx, int top) {
+  return mx > 0.f && mx <= 3.4e38f ? min(100, max(-100, top - ((__float_as_int(mx) >> 23) - 127))) : 0;
 }
 // A word's two bf16 values times f (a power of two) as f16x2.
 __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {

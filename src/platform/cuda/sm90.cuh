@@ -45,6 +45,12 @@ __device__ __forceinline__ void fp8x4_to_f16x2x2(uint32_t four, uint32_t& lo, ui
       : "r"(four));
 }
 __device__ __forceinline__ uint16_t f16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
+// Four floats → four e4m3fn codes (nearest even, saturating at ±448; NaN stays NaN), a in byte 0.
+__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
 
 // Byte permute: byte i of the result is byte ((sel >> 4i) & 7) of the pair (a: bytes 0–3, b: 4–7),
 // or that byte's sign bit copied over all 8 bits where bit 3 of the nibble is set.
@@ -272,6 +278,17 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
          (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
+// Byte offset of 16-byte unit u (0..3) of row `row` inside a 64B-swizzled [rows][64 bytes] atom
+// column (wgmma SWIZZLE_64B: unit index XOR (row / 2) mod 4; atoms of 8 rows, 512 bytes).
+__device__ __forceinline__ uint32_t swz64(int row, int u) {
+  return uint32_t(row * 64 + ((u ^ ((row >> 1) & 3)) << 4));
+}
+// Shared-memory matrix descriptor of a K-major operand, 64-byte swizzle (addr 512-byte aligned at
+// the atom; sbo: bytes between 8-row atoms).
+__device__ __forceinline__ uint64_t sw64_desc(uint32_t addr, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) |
+         (uint64_t(2) << 62);
+}
 // sw128_desc(addr + off, lbo, sbo) from base = sw128_desc(addr, lbo, sbo), off a multiple of 16:
 // the address field holds addr >> 4 and shared addresses stay below 256 KiB, so adding off >> 4 to
 // the low word never carries out of the field. One add per product instead of building a
@@ -354,6 +371,23 @@ MLA_WG_RS(64, MLA_WG_R32, 32, 33, 34, 35, 36, 37, 38, MLA_WG_D32(0))
 MLA_WG_RS(128, MLA_WG_R64, 64, 65, 66, 67, 68, 69, 70, MLA_WG_D64(0))
 MLA_WG_RS(256, MLA_WG_R128, 128, 129, 130, 131, 132, 133, 134, MLA_WG_D64(0), MLA_WG_D64(64))
 
+// wgmma_m64nNk32_rs_e4m3(d, a, db, scale_d): D[64×N] (+)= A[64×32] · B[32×N] in e4m3 with f32
+// sums, A from registers (4 words of 4 codes per thread; cute's ALayout_64x32: word w of lane
+// 4g + c in warp i holds row 16i + g + 8·(w & 1), k 4c + 16·(w >> 1) + [0, 4), byte order), B from
+// shared memory, K-major (the only major order of 8-bit operands).
+#define MLA_WG_RS8(N, R, A0, A1, A2, A3, B, S, ...)                                                  \
+  __device__ __forceinline__ void wgmma_m64n##N##k32_rs_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], \
+                                                             uint64_t db, int scale_d) {            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" R "}, "              \
+                 "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #B ", p, 1, 1;\n}\n"                \
+                 : __VA_ARGS__                                                                     \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));             \
+  }
+MLA_WG_RS8(8, MLA_WG_R4, 4, 5, 6, 7, 8, 9, MLA_WG_D4(0))
+MLA_WG_RS8(16, MLA_WG_R8, 8, 9, 10, 11, 12, 13, MLA_WG_D4(0), MLA_WG_D4(4))
+
+#undef MLA_WG_RS8
 #undef MLA_WG_RS
 #undef MLA_WG_RS_ASM
 #undef MLA_WG_SS
