@@ -48,8 +48,8 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
 
 // Whether the launch `s` rounds Q to e4m3 for Q·Kᵀ (fp8 KV in the narrow kernel at ≤ 16 rows): each
 // packed row times 2^k, k = 7 − ⌊log2 of its largest |q|⌋ (0 for a row of zeros; clamped to ±100), to
-// the nearest e4m3fn value (ties to even, saturating), times 2^−k. The other launches multiply the
-// bf16 Q as it is.
+// the nearest e4m3fn value (ties to even, saturating), times 2^−k; a row holding an infinity comes
+// out NaN. The other launches multiply the bf16 Q as it is.
 bool mla_fast_rounds_q_to_e4m3(const MlaParams& p, const MlaDecodeSchedule& s);
 
 // q [T, H, 576] bf16 · kv rows [slots, 576] (bf16 | fp8 × kv_scale) → o [T, H, 512], lse [T, H].

@@ -15,7 +15,7 @@
 //     c of a 64-column chunk is, as it lies, its four fragment words of the chunk's two k32 steps
 //     (step st: bytes 8st + [0, 4) are k 4c + [0, 4), bytes 8st + [4, 8) are k 16 + 4c + [0, 4)). Q is
 //     stored in that permuted order, so the sums are the dot products over all 576 columns. Rounding
-//     Q costs accuracy (at 16 heads, o within ~2e-2 relative L2 of the bf16-Q result); it halves
+//     Q costs accuracy (o within ~3e-2 relative L2 of the bf16-Q result in mla_decode_test); it halves
 //     the products of S (18 a tile instead of 36) and no K value is converted.
 //   Oᵀ += Vᵀ · Pᵀ in f16 (e4m3 → f16 is exact, one cvt a pair): the 16 keys of step kk are permuted
 //     (logical 2c, 2c + 1, 2c + 8, 2c + 9 = keys 16kk + c + {0, 4, 8, 12}), and the output rows too:
