@@ -162,6 +162,7 @@ struct Problem {
   float scale = 0.1f;
   float kv_scale = 1.f;
   bool wide_q = false;  // Q row r × 2^{−24, −8, 0, 12, 20}[r mod 5]: past f16's range both ways
+  int kv_shift = 0;     // bytes the pool starts past its allocation (a multiple of 16): rows off lines
   std::vector<int> q_len, k_len, q_start, k_start;
   int T = 0, max_q = 0, max_k = 0;
   void finish() {
@@ -378,7 +379,7 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   int32_t *d_slots, *d_seg;
   float* d_lse;
   CK(cudaMalloc(&d_q, q.size() * 2));
-  CK(cudaMalloc(&d_kv, pool.size()));
+  CK(cudaMalloc(&d_kv, pool.size() + pb.kv_shift));
   CK(cudaMalloc(&d_slots, std::max<size_t>(1, slots.size()) * 4));
   CK(cudaMalloc(&d_seg, seg.size() * 4));
   CK(cudaMalloc(&d_o, rows * kDv * 4));
@@ -386,7 +387,8 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   const size_t ws_bytes = mla_fast_workspace_bytes(pb.T, pb.H, g_sms);
   if (ws_bytes) CK(cudaMalloc(&d_ws, ws_bytes));
   CK(cudaMemcpy(d_q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_kv, pool.data(), pool.size(), cudaMemcpyHostToDevice));
+  void* const d_pool = static_cast<uint8_t*>(d_kv) + pb.kv_shift;
+  CK(cudaMemcpy(d_pool, pool.data(), pool.size(), cudaMemcpyHostToDevice));
   if (!slots.empty()) CK(cudaMemcpy(d_slots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_seg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
 
@@ -412,7 +414,7 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
     const Variant v = variants[vi];
     CK(cudaMemset(d_o, 0xff, rows * kDv * 4));  // poison: NaN in bf16 and f32
     CK(cudaMemset(d_lse, 0xff, rows * 4));
-    MlaParams p = make_params(pb, d_q, d_kv, d_slots, d_seg, d_o, v.f32, d_lse, d_ws, ws_bytes);
+    MlaParams p = make_params(pb, d_q, d_pool, d_slots, d_seg, d_o, v.f32, d_lse, d_ws, ws_bytes);
     if (!mla_fast_supports(p)) {
       say("  %-34s %-14s NOT SUPPORTED\n", name, v.name);
       ++g_failures;
@@ -584,6 +586,17 @@ void run_tests() {
     pb.k_len = {13, 1, 509};
     pb.scale = 0.12f;
     run_test("H16 noncausal fp8 page1", pb, 1, seed++);
+  }
+  for (bool fp8 : {false, true}) {  // a pool 16 bytes past a 128-byte line: rows start at every 16-byte
+    // unit of a line (page 1: slots of both parities), the fp8 raw kernel's 6-line case included
+    Problem pb;
+    pb.H = 16;
+    pb.fp8 = fp8;
+    pb.kv_scale = fp8 ? 0.5f : 1.f;  // (a bf16 pool has no scale)
+    pb.kv_shift = 16;
+    pb.q_len = {1, 1, 1};
+    pb.k_len = {130, 1, 517};
+    run_test(fp8 ? "H16 fp8 pool +16 bytes page1" : "H16 bf16 pool +16 bytes page1", pb, 1, seed++);
   }
   for (bool fp8 : {false, true}) {  // Q rows far past f16's range (the f16 fp8 kernels scale each row)
     Problem pb;
