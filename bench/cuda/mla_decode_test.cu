@@ -405,6 +405,13 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   std::vector<Variant> variants = {{"wgmma auto", false, 0, false, 0},
                                    {"wgmma s=1", false, 1, false, 0},
                                    {"wgmma s=3 f32", false, 3, true, 0},
+                                   // 64-row tiles, splits merged in clusters (tuning bit 64): one
+                                   // cluster of 8 (no combine), two of 8 or three of 4 (combined)
+                                   {"wgmma auto merged", false, 0, false, 64},
+                                   {"wgmma s=8 merged", false, 8, false, 64},
+                                   {"wgmma s=8 f32 merged", false, 8, true, 64},
+                                   {"wgmma s=16 f32 merged", false, 16, true, 64},
+                                   {"wgmma s=12 merged", false, 12, false, 64},
                                    {"wide auto", false, 0, false, 8},
                                    {"splitS auto", false, 0, false, 8 | 16},
                                    {"splitS s=3 f32", false, 3, true, 8 | 16},
@@ -837,6 +844,8 @@ void run_benches() {
       {"h128 b1   sq1 sk16384 bf16 s=16", 128, 1, 1, 16384, false, false, 0, 16},
       {"h128 b1   sq1 sk16384 bf16 s=32", 128, 1, 1, 16384, false, false, 0, 32},
       {"h128 b1   sq1 sk16384 bf16 s=48", 128, 1, 1, 16384, false, false, 0, 48},
+      {"h128 b1   sq1 sk16384 bf16 s=64", 128, 1, 1, 16384, false, false, 0, 64},
+      {"h128 b1   sq1 sk16384 bf16 s=128", 128, 1, 1, 16384, false, false, 0, 128},
       {"h16  b1   sq1 sk16384 bf16 s=32", 16, 1, 1, 16384, false, false, 0, 32},
       {"h16  b1   sq1 sk16384 bf16 s=64", 16, 1, 1, 16384, false, false, 0, 64},
       {"h128 b16  sq1 sk4096 bf16 s=2", 128, 16, 1, 4096, false, false, 0, 2},
@@ -844,6 +853,7 @@ void run_benches() {
       {"h128 b16  sq1 sk4096 bf16 s=8", 128, 16, 1, 4096, false, false, 0, 8},
       // one request at 4096 keys (a V3-shaped b1): the split count against the heuristic's
       {"h128 b1   sq1 sk4096 bf16", 128, 1, 1, 4096, false, false},
+      {"h128 b1   sq1 sk4096 bf16 s=8", 128, 1, 1, 4096, false, false, 0, 8},
       {"h128 b1   sq1 sk4096 bf16 s=16", 128, 1, 1, 4096, false, false, 0, 16},
       {"h128 b1   sq1 sk4096 bf16 s=32", 128, 1, 1, 4096, false, false, 0, 32},
       {"h128 b1   sq1 sk4096 bf16 s=64", 128, 1, 1, 4096, false, false, 0, 64},
@@ -874,6 +884,7 @@ int main(int argc, char** argv) {
     else if (a == "--out" && i + 1 < argc) g_out = std::fopen(argv[++i], "w");
   }
   if (const char* e = std::getenv("MLA_TEST_FORCE_WIDE"); e && e[0] == '1') g_base_variant = 8;
+  if (const char* e = std::getenv("MLA_TEST_VARIANT")) g_base_variant |= std::atoi(e);  // MlaDecodeTuning bits
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;

@@ -110,6 +110,105 @@ __device__ __forceinline__ void store_o_rows(const KParams& p, const CtaWork& w,
   }
 }
 
+// store_o_rows for the kC split CTAs of one cluster (same row tile, splits kC·g .. kC·g + kC − 1):
+// they merge through distributed shared memory and write one result — the output when the cluster
+// holds every split, else partial g of the workspace (the combine merges splits / kC of them). Each
+// CTA stages O·2^(m − M) (M: the row's max over the cluster) as f32 rows in its own shared memory at
+// sO ([64][520]: 130 KB), then CTA r adds columns [r·512/kC, +512/kC) of all kC CTAs in rank order.
+// sStat: 1 KB of shared memory outside sO. Every thread of the cluster calls it.
+template <int kC>
+__device__ __forceinline__ void store_o_rows_cluster(const KParams& p, const CtaWork& w, const float (&o)[128],
+                                                     const int (&rr)[2], const float (&m)[2], const float (&l)[2],
+                                                     int wg, int lane, int tid, uint32_t sO, uint32_t sStat) {
+  static_assert(kC == 2 || kC == 4 || kC == 8, "clusters of 2, 4 or 8 split CTAs");
+  constexpr uint32_t kStride = 520 * 4;  // bytes a staged row (+32: a half warp's float2 stores, 4 rows, hit distinct banks)
+  constexpr int kCols = 512 / kC, kPer = kCols / 4;  // columns a CTA merges; a thread's share (4 threads a row)
+  const uint32_t sTot = sStat + 512;                  // the cluster's M and L of each row
+  if (wg == 0 && (lane & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sm90::st_shared_f32(sStat + rr[h] * 8, m[h]);
+      sm90::st_shared_f32(sStat + rr[h] * 8 + 4, l[h]);
+    }
+  }
+  sm90::cluster_sync();
+  float f[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mc[kC], lc[kC], M = -INFINITY, L = 0.f;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      mc[c] = sm90::ld_cluster_f32(sm90::cluster_map(sStat + rr[h] * 8, c));
+      lc[c] = sm90::ld_cluster_f32(sm90::cluster_map(sStat + rr[h] * 8 + 4, c));
+      M = fmaxf(M, mc[c]);
+    }
+#pragma unroll
+    for (int c = 0; c < kC; ++c) L += lc[c] > 0.f ? exp2f(mc[c] - M) * lc[c] : 0.f;
+    f[h] = l[h] > 0.f ? exp2f(m[h] - M) : 0.f;
+    if (wg == 0 && (lane & 3) == 0) {
+      sm90::st_shared_f32(sTot + rr[h] * 8, M);
+      sm90::st_shared_f32(sTot + rr[h] * 8 + 4, L);
+    }
+  }
+  const int c0 = 256 * wg + 2 * (lane & 3);
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sO + rr[h] * kStride + (c0 + 8 * j) * 4),
+                   "f"(o[4 * j + 2 * h] * f[h]), "f"(o[4 * j + 2 * h + 1] * f[h])
+                   : "memory");
+  sm90::cluster_sync();
+  const int rank = int(sm90::cluster_rank()), row = tid >> 2, col = rank * kCols + (tid & 3) * kPer;
+  float acc[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    const uint32_t src = sm90::cluster_map(sO + row * kStride + col * 4, c);
+#pragma unroll
+    for (int i = 0; i < kPer; i += 4) {
+      const float4 v = sm90::ld_cluster_f32x4(src + i * 4);
+      acc[i] += v.x;
+      acc[i + 1] += v.y;
+      acc[i + 2] += v.z;
+      acc[i + 3] += v.w;
+    }
+  }
+  const int prow = w.row0 + row;
+  if (prow < w.rows) {
+    const float M = sm90::ld_shared_f32(sTot + row * 8), L = sm90::ld_shared_f32(sTot + row * 8 + 4);
+    const float inv = L > 0.f ? p.out_scale / L : 0.f;
+    const float lse = L > 0.f ? (M + log2f(L)) * 0.69314718055994531f : -INFINITY;
+    const size_t grow = size_t(w.q_start) * p.H + prow;
+    const bool write_lse = rank == 0 && (tid & 3) == 0;
+    if (p.splits == kC) {
+      if (p.o_f32) {
+        float* orow = static_cast<float*>(p.o) + grow * kDv + col;
+#pragma unroll
+        for (int i = 0; i < kPer; i += 4)
+          *reinterpret_cast<float4*>(orow + i) = make_float4(acc[i] * inv, acc[i + 1] * inv, acc[i + 2] * inv, acc[i + 3] * inv);
+      } else {
+        __nv_bfloat16* orow = static_cast<__nv_bfloat16*>(p.o) + grow * kDv + col;
+#pragma unroll
+        for (int i = 0; i < kPer; i += 8)
+          *reinterpret_cast<uint4*>(orow + i) =
+              make_uint4(sm90::pack_bf16(acc[i] * inv, acc[i + 1] * inv), sm90::pack_bf16(acc[i + 2] * inv, acc[i + 3] * inv),
+                         sm90::pack_bf16(acc[i + 4] * inv, acc[i + 5] * inv), sm90::pack_bf16(acc[i + 6] * inv, acc[i + 7] * inv));
+      }
+      if (write_lse && p.lse) p.lse[grow] = lse;
+    } else {
+      const size_t prow_ws = size_t(blockIdx.y / kC) * p.rows_total + grow;
+      float* orow = p.ws_o + prow_ws * kDv + col;
+#pragma unroll
+      for (int i = 0; i < kPer; i += 4)
+        *reinterpret_cast<float4*>(orow + i) = make_float4(acc[i] * inv, acc[i + 1] * inv, acc[i + 2] * inv, acc[i + 3] * inv);
+      if (write_lse) p.ws_lse[prow_ws] = lse;
+    }
+  }
+  sm90::cluster_sync();  // the other CTAs read this one's staged rows until here
+}
+
 // The 64-row kernels: O[64 rows][256 columns] in the m64n256 accumulator layout, row rr[h] of this
 // thread scaled by f[h].
 __device__ __forceinline__ void scale_rows(float (&o)[128], const float (&f)[2]) {
