@@ -3,6 +3,7 @@
 //
 // Build: the CUDA build's target mla_decode_test (cmake --build build --target mla_decode_test).
 // Run:   mla_decode_test [--no-test] [--no-bench] [--out FILE]
+//        MLA_TEST_VARIANT=N ORs MlaDecodeTuning variant bits N into every case (A/B runs of a variant).
 //
 // Tests: random bf16 q / KV (never zeros), slots shuffled over a pool twice the needed size with NaN
 // in every unused row (also the tail of partly used pages), page sizes 1 and 64, heads 1/16/128,
@@ -405,13 +406,6 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   std::vector<Variant> variants = {{"wgmma auto", false, 0, false, 0},
                                    {"wgmma s=1", false, 1, false, 0},
                                    {"wgmma s=3 f32", false, 3, true, 0},
-                                   // 64-row tiles, splits merged in clusters (tuning bit 64): one
-                                   // cluster of 8 (no combine), two of 8 or three of 4 (combined)
-                                   {"wgmma auto merged", false, 0, false, 64},
-                                   {"wgmma s=8 merged", false, 8, false, 64},
-                                   {"wgmma s=8 f32 merged", false, 8, true, 64},
-                                   {"wgmma s=16 f32 merged", false, 16, true, 64},
-                                   {"wgmma s=12 merged", false, 12, false, 64},
                                    {"wide auto", false, 0, false, 8},
                                    {"splitS auto", false, 0, false, 8 | 16},
                                    {"splitS s=3 f32", false, 3, true, 8 | 16},
@@ -850,6 +844,7 @@ void run_benches() {
       {"h16  b1   sq1 sk16384 bf16 s=64", 16, 1, 1, 16384, false, false, 0, 64},
       {"h128 b16  sq1 sk4096 bf16 s=2", 128, 16, 1, 4096, false, false, 0, 2},
       {"h128 b16  sq1 sk4096 bf16 s=3", 128, 16, 1, 4096, false, false, 0, 3},
+      {"h128 b16  sq1 sk4096 bf16 s=4", 128, 16, 1, 4096, false, false, 0, 4},
       {"h128 b16  sq1 sk4096 bf16 s=8", 128, 16, 1, 4096, false, false, 0, 8},
       // one request at 4096 keys (a V3-shaped b1): the split count against the heuristic's
       {"h128 b1   sq1 sk4096 bf16", 128, 1, 1, 4096, false, false},

@@ -139,7 +139,6 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   kp.v_lbo = (tuning.variant & 1) ? 1024u : uint32_t(kChunkBytes);  // bit 0: roles swapped (debug)
   kp.v_sbo = (tuning.variant & 1) ? uint32_t(kChunkBytes) : 1024u;
 
-  kp.cluster = 1;
   const dim3 grid(row_tiles, splits, sg.num_requests);
   if (narrow) {
     launch_narrow(kp, grid, p.stream, tile_rows, fp8);
@@ -149,10 +148,6 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
                                   : (tuning.variant & 4)  ? WideProducts::kMmaSWgmmaPV
                                   : (tuning.variant & 16) ? WideProducts::kSplitS
                                                           : WideProducts::kWgmma;
-    // Bit 6 of the tuning: the see-saw kernel's splits merge in clusters first (not yet the default:
-    // bench/NOTES.md, "Split-KV merged in clusters").
-    if (products == WideProducts::kWgmma && splits > 1 && (tuning.variant & 64) != 0)
-      kp.cluster = seesaw_cluster(fp8, splits, int64_t(row_tiles) * splits * sg.num_requests);
     launch_wide(kp, grid, p.stream, fp8, products);
   }
   // The combine starts early (programmatic dependent launch) only with enough rows to spread over
@@ -160,7 +155,7 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   // grid of a few rows (h128 b1: 128) then runs on the few SMs the decode grid left idle, 10 µs
   // slower than launched plainly on the H200 (b16: 2048 rows, 2 µs faster).
   const bool early = (tuning.variant & 32) == 0 && rows_total >= 4 * int64_t(device_sms());
-  if (splits > kp.cluster) launch_combine(kp, p.stream, early);
+  if (splits > 1) launch_combine(kp, p.stream, early);
   return splits;
 }
 

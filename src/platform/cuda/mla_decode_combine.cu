@@ -101,7 +101,7 @@ void launch_combine(const KParams& kp, cudaStream_t stream, bool early) {
   cfg.numAttrs = early ? 1 : 0;
   auto kernel = slices == 2 ? mla_decode_combine<2> : mla_decode_combine<4>;
   MLA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<const float*>(kp.ws_o),
-                                    static_cast<const float*>(kp.ws_lse), kp.splits / kp.cluster, kp.rows_total, kp.o,
+                                    static_cast<const float*>(kp.ws_lse), kp.splits, kp.rows_total, kp.o,
                                     kp.o_f32, kp.lse));
 }
 

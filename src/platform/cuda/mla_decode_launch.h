@@ -35,10 +35,8 @@ struct KParams {
   void* o;            // [T, H, 512]
   int o_f32;
   float* lse;         // [T, H] or null
-  float* ws_o;        // [splits / cluster, T·H, 512] f32 (splits > 1)
-  float* ws_lse;      // [splits / cluster, T·H]
-  int cluster;        // see-saw kernel: its split CTAs merge in clusters of this many (1, 4 or 8)
-                      // through distributed shared memory; splits == cluster: no workspace, no combine
+  float* ws_o;        // [splits, T·H, 512] f32 (splits > 1)
+  float* ws_lse;      // [splits, T·H]
   uint32_t v_lbo;     // V (MN-major) descriptor: bytes between 64-column blocks
   uint32_t v_sbo;     //                          bytes between 8-key groups
 };
@@ -52,16 +50,13 @@ enum class WideProducts { kWgmma, kSplitS, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV 
 // device.
 void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products);
 void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8);
-// The see-saw kernel's cluster size for `splits` splits over a grid of `ctas` CTAs: 8 or 4 (a divisor
-// of splits whose clusters the device holds as many CTAs of as the grid puts on it at once), else 1.
-int seesaw_cluster(bool fp8, int splits, int64_t ctas);
 // tile_rows: 8, 16 or 32. The narrow kernel's raw fp8 form (mla_decode_narrow.cu): fp8 rows through
 // registers, Q·Kᵀ in e4m3, at ≤ 16 rows.
 constexpr bool narrow_raw_fp8(int tile_rows, bool fp8) { return fp8 && tile_rows <= 16; }
 // CTAs of the narrow kernel one SM holds (the raw form leaves room for two).
 constexpr int narrow_ctas_per_sm(int tile_rows, bool fp8) { return narrow_raw_fp8(tile_rows, fp8) ? 2 : 1; }
 void launch_narrow(const KParams& kp, dim3 grid, cudaStream_t stream, int tile_rows, bool fp8);
-// Merges the kp.splits / kp.cluster partial results of the workspace into kp.o / kp.lse; early: launched as a
+// Merges the kp.splits partial results of the workspace into kp.o / kp.lse; early: launched as a
 // programmatic dependent of the decode kernel before it in the stream (every decode kernel calls
 // pdl_launch_dependents at its start).
 void launch_combine(const KParams& kp, cudaStream_t stream, bool early);

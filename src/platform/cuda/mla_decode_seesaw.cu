@@ -30,15 +30,12 @@
 // reads its raw rows into registers, then a barrier, then the writes.
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-#include "platform/cuda/cuda_check.h"
 #include "platform/cuda/mla_decode_launch.h"
 #include "platform/gpu/launch.cuh"
 #include "platform/cuda/mla_decode_tile.cuh"
-#include "platform/cuda/sm90_host.h"
 #include "platform/cuda/sm90.cuh"
 
 namespace mla::cuda::mla_decode {
@@ -390,9 +387,8 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
   if ((tid & 3) == 0) st_shared_f32(sScale + row * 4, pow2(-k));
 }
 
-// grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA per SM; kC > 1:
-// clusters of kC splits (store_o_rows_cluster).
-template <bool kFp8, int kC>
+// grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA per SM.
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -500,73 +496,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
     m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4) - (kFp8 ? float(kPScaleLog2) : 0.f);  // fp8: l is Σ P·2^15
     lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
   }
-  if constexpr (kC > 1)  // staged over Q and the KV buffers, the statistics past P0's row sums
-    store_o_rows_cluster<kC>(p, cw, o, ss.rr, m, lt, wg, ss.lane, tid, sbase, sL + 1024);
-  else
-    store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
+  store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
 }
-static_assert(64 * 520 * 4 <= kOffP0 && kOffP0 + 2048 <= kOffM, "the cluster merge's staging fits below P0, its statistics in P0");
 
 }  // namespace
-
-namespace {
-using SeesawFn = void (*)(KParams);
-// The kernel for fp8 KV or not and clusters of 1, 4 or 8, its shared-memory limit set (once per device).
-SeesawFn seesaw_fn(bool fp8, int cluster) {
-  static bool smem_set[2][3][64] = {};
-  const int ci = cluster == 8 ? 2 : cluster == 4 ? 1 : 0;
-  SeesawFn fn = fp8 ? (ci == 2 ? mla_seesaw_kernel<true, 8> : ci == 1 ? mla_seesaw_kernel<true, 4> : mla_seesaw_kernel<true, 0>)
-                    : (ci == 2 ? mla_seesaw_kernel<false, 8> : ci == 1 ? mla_seesaw_kernel<false, 4> : mla_seesaw_kernel<false, 0>);
-  set_smem_limit_once(fn, kSmemBytes, smem_set[fp8][ci]);
-  return fn;
-}
-cudaLaunchConfig_t seesaw_config(dim3 grid, cudaStream_t stream, int cluster, cudaLaunchAttribute (&attr)[2]) {
-  attr[0] = {};
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = unsigned(cluster);
-  attr[0].val.clusterDim.z = 1;
-  attr[1] = {};
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = gpu::pdl_allowed() ? 2 : 1;
-  return cfg;
-}
-}  // namespace
-
-int seesaw_cluster(bool fp8, int splits, int64_t ctas) {
-  // Clusters of kC CTAs that the device holds at once, per size (queried once per device).
-  static int active[2][64][2] = {};
-  int dev = 0;
-  MLA_CUDA_CHECK(cudaGetDevice(&dev));
-  const int want = int(std::min<int64_t>(ctas, device_sms()));
-  for (int ci = 1; ci >= 0; --ci) {
-    const int c = ci ? 8 : 4;
-    if (splits % c != 0) continue;
-    int& n = active[fp8][dev & 63][ci];
-    if (n == 0) {
-      cudaLaunchAttribute attr[2];
-      const cudaLaunchConfig_t cfg = seesaw_config(dim3(1, unsigned(c), 1), nullptr, c, attr);
-      MLA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, seesaw_fn(fp8, c), &cfg));
-      if (n <= 0) n = -1;
-    }
-    if (int64_t(n) * c >= want) return c;  // every CTA the grid puts on the SMs at once still fits
-  }
-  return 1;
-}
 
 void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8) {
-  const SeesawFn fn = seesaw_fn(fp8, kp.cluster);
-  if (kp.cluster <= 1) return gpu::launch(fn, grid, kThreads, kSmemBytes, stream, kp);
-  cudaLaunchAttribute attr[2];
-  const cudaLaunchConfig_t cfg = seesaw_config(grid, stream, kp.cluster, attr);
-  MLA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, kp));
+  static bool smem_set[2][64] = {};
+  if (fp8) {
+    set_smem_limit_once(mla_seesaw_kernel<true>, kSmemBytes, smem_set[1]);
+    gpu::launch(mla_seesaw_kernel<true>, grid, kThreads, kSmemBytes, stream, kp);
+  } else {
+    set_smem_limit_once(mla_seesaw_kernel<false>, kSmemBytes, smem_set[0]);
+    gpu::launch(mla_seesaw_kernel<false>, grid, kThreads, kSmemBytes, stream, kp);
+  }
 }
 
 }  // namespace mla::cuda::mla_decode
