@@ -310,7 +310,7 @@ MlaParams make_params(const Problem& pb, const void* q, const void* kv, const in
 int g_sms = 132;
 int g_failures = 0;
 std::string g_case;  // --case SUBSTR: only the benchmark cases whose name holds it
-int g_base_variant = 0;  // MLA_TEST_FORCE_WIDE=1: 64-row tiles everywhere (fallback run)
+int g_base_variant = 0;  // MLA_TEST_FORCE_WIDE=1: 64-row tiles everywhere (fallback run); MLA_TEST_VARIANT bits
 
 // ---- correctness tests ---------------------------------------------------------------------------
 void run_test(const char* name, Problem pb, int page, uint64_t seed) {
@@ -879,7 +879,15 @@ int main(int argc, char** argv) {
     else if (a == "--out" && i + 1 < argc) g_out = std::fopen(argv[++i], "w");
   }
   if (const char* e = std::getenv("MLA_TEST_FORCE_WIDE"); e && e[0] == '1') g_base_variant = 8;
-  if (const char* e = std::getenv("MLA_TEST_VARIANT")) g_base_variant |= std::atoi(e);  // MlaDecodeTuning bits
+  if (const char* e = std::getenv("MLA_TEST_VARIANT")) {  // MlaDecodeTuning variant bits
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 0);
+    if (end == e || *end != '\0' || v < 0 || v > 0xffff) {
+      std::fprintf(stderr, "mla_decode_test: MLA_TEST_VARIANT=%s is not a variant bit mask (0..65535)\n", e);
+      return 2;
+    }
+    g_base_variant |= int(v);
+  }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;
