@@ -138,7 +138,6 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   kp.ws_lse = splits > 1 ? kp.ws_o + size_t(splits) * rows_total * kDv : nullptr;
   kp.v_lbo = (tuning.variant & 1) ? 1024u : uint32_t(kChunkBytes);  // bit 0: roles swapped (debug)
   kp.v_sbo = (tuning.variant & 1) ? uint32_t(kChunkBytes) : 1024u;
-  kp.staged_partials = (tuning.variant & 64) ? 0 : 1;  // bit 6: element stores (measurements)
 
   const dim3 grid(row_tiles, splits, sg.num_requests);
   if (narrow) {

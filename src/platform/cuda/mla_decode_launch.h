@@ -39,7 +39,6 @@ struct KParams {
   float* ws_lse;      // [splits, T·H]
   uint32_t v_lbo;     // V (MN-major) descriptor: bytes between 64-column blocks
   uint32_t v_sbo;     //                          bytes between 8-key groups
-  int staged_partials;  // the see-saw kernel: split partials through shared memory and bulk copies
 };
 
 // The 64-row kernels: kWgmma is production (the see-saw kernel, mla_decode_seesaw.cu); kSplitS the

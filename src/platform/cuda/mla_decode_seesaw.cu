@@ -57,7 +57,6 @@ constexpr int kOffA1 = kOffA0 + 256;            // f32 [64]: α1
 constexpr int kOffBar = kOffA1 + 256;           // mbarriers [2 buffers][9 chunks]
 constexpr int kOffQScale = kOffBar + 18 * 8;    // fp8, f32 [64]: 2^-k of each Q row
 constexpr int kSmemBytes = kOffQScale + 64 * 4 + 1024;  // + slack to align the base to 1 KiB
-static_assert(kOffK0 + kRows * kStageRowBytes <= kOffP0, "the staged partials fit the two KV buffers");
 static_assert(kSmemBytes <= 227 * 1024, "the see-saw kernel's shared memory exceeds the H200's 227 KiB");
 
 // Named barriers (0 is __syncthreads): one warpgroup arrives, the other waits.
@@ -497,8 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
     m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4) - (kFp8 ? float(kPScaleLog2) : 0.f);  // fp8: l is Σ P·2^15
     lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
   }
-  if (p.splits > 1 && p.staged_partials) store_partials_staged(p, cw, o, ss.rr, m, lt, wg, ss.lane, tid, ss.sK[0]);
-  else store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
+  store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
 }
 
 }  // namespace
