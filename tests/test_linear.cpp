@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <tuple>
 #include <utility>
@@ -110,6 +111,53 @@ TEST(AbsorbQ, MatchesTheReferenceAndARowKeepsItsBitsAlone) {
         }
       }
   std::cout << "[ absorb_q ] worst max err / max |out|: bf16 " << worst[0] << ", f32 " << worst[1] << "\n";
+}
+
+// absorb_q_rope (the MLA method's absorb with q's RoPE, fused on CUDA for decode batches) gives the
+// bits of rope on q then absorb_q: bf16 and f32, through the fused kernel (up to 32 tokens) and past
+// it, both pair orders, positions up to 163 839, a YaRN attention factor.
+TEST(AbsorbQRope, IsRopeThenAbsorbQBitForBit) {
+  constexpr int64_t dn = 128, dr = 64, L = 512;
+  RopeFrequencies f;
+  for (int64_t i = 0; i < dr / 2; ++i) f.inv_freq.push_back(std::pow(10000.0, -2.0 * double(i) / double(dr)));
+  f.attention_factor = 1.17;
+  for (Platform p : platforms())
+    for (DType act : {DType::BF16, DType::F32})
+      for (int64_t H : {16, 3})
+        for (bool interleave : {true, false}) {
+          f.interleave = interleave;
+          auto ops = make_ops(p, act);
+          Tensor w = ops->empty(act, {H, dn, L});
+          ops->fill_random(w, 41, 1.0 / std::sqrt(double(dn)));
+          for (int64_t T : {1, 5, 17, 33}) {
+            SCOPED_TRACE(fmt::format("{} {} H {} T {} interleave {}", platform_name(p), dtype_name(act), H, T,
+                                     interleave));
+            std::vector<int32_t> positions;
+            for (int64_t t = 0; t < T; ++t) positions.push_back(int32_t((t * 7919 + 3) % 163840));
+            Tensor q = ops->empty(act, {T, H, dn + dr}), q2 = ops->empty(act, {T, H, dn + dr});
+            ops->fill_random(q, 42 + uint64_t(T), 1.0);
+            ops->copy(q, q2);
+            Tensor fused = ops->empty(act, {T, H, L + dr}), steps = ops->empty(act, {T, H, L + dr});
+            Tensor plain = ops->empty(act, {T, H, L + dr});  // q's rope columns as they were
+            ops->absorb_q(q, w, dn, dr, plain);
+            ops->absorb_q_rope(q, w, dn, dr, positions, f, fused);
+            ops->rope(q2, H, dn + dr, dn, positions, f);
+            ops->absorb_q(q2, w, dn, dr, steps);
+            const Tensor a = ops->download(fused), b = ops->download(steps);
+            ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes()));
+            // Every row's rope columns rotated (no position is 0), its absorbed columns those of plain.
+            const std::vector<double> got = a.to_doubles(), before = ops->download(plain).to_doubles();
+            for (int64_t r = 0; r < T * H; ++r) {
+              int64_t moved = 0;
+              for (int64_t j = 0; j < L + dr; ++j) {
+                const size_t i = size_t(r * (L + dr) + j);
+                if (j < L) ASSERT_EQ(got[i], before[i]) << "row " << r << " column " << j;
+                else moved += got[i] != before[i];
+              }
+              EXPECT_GT(moved, dr / 2) << "row " << r << ": rope columns not rotated";
+            }
+          }
+        }
 }
 
 // o[t, h] = o_lat[t, h] · w_vc[h]ᵀ at DeepSeek's head shape (dv 128, L 512; the CUDA platform's own

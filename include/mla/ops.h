@@ -207,7 +207,8 @@ class Ops {
   // The end of the latent path for a step's new tokens: q[T, heads, hd], kva[T, row_dim] →
   // rmsnorm(kva, kv_lora_rank, w, eps); rope(q, heads, hd, q_rot, positions, f);
   // rope(kva, 1, row_dim, kv_lora_rank, positions, f); cache_write(pool, layer, slots, kva) —
-  // those calls' bits (a platform may fuse them).
+  // those calls' bits (a platform may fuse them). heads 0: q is left alone (it may be undefined), as
+  // when absorb_q_rope rotates q's rope columns instead.
   virtual void finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, int64_t kv_lora_rank,
                              const Tensor& w, double eps, const std::vector<int32_t>& positions,
                              const RopeFrequencies& f, KVPool& pool, int64_t layer, const std::vector<int32_t>& slots);
@@ -271,6 +272,11 @@ class Ops {
   //   w_kc[H, dn, kv_lora_rank]
   virtual void absorb_q(const Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr,
                         Tensor& q_mla) = 0;
+  // q[T, H, dn+dr] → q_mla as absorb_q makes it from q with its rope columns rotated: rope(q, H,
+  // dn + dr, dn, positions, f); absorb_q(q, w_kc, dn, dr, q_mla) — those calls' bits (a platform may
+  // fuse them; q's own rope columns are then left as they were).
+  virtual void absorb_q_rope(Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr,
+                             const std::vector<int32_t>& positions, const RopeFrequencies& f, Tensor& q_mla);
   // o_lat[T, H, kv_lora_rank] · w_vc[h]ᵀ → o[T, H, dv];  w_vc[H, dv, kv_lora_rank]
   virtual void absorb_o(const Tensor& o_lat, const Tensor& w_vc, Tensor& o) = 0;
   // Absorbed attention of q[T, H, row_dim] against latent rows of the pool: keys of request r

@@ -88,9 +88,15 @@ void Ops::finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, in
                         double eps, const std::vector<int32_t>& positions, const RopeFrequencies& f, KVPool& pool,
                         int64_t layer, const std::vector<int32_t>& slots) {
   rmsnorm(kva, kv_lora_rank, w, eps);
-  rope(q, heads, q.dim(-1), q_rot, positions, f);
+  if (heads > 0) rope(q, heads, q.dim(-1), q_rot, positions, f);
   rope(kva, 1, kva.dim(-1), kv_lora_rank, positions, f);
   cache_write(pool, layer, slots, kva);
+}
+
+void Ops::absorb_q_rope(Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr, const std::vector<int32_t>& positions,
+                        const RopeFrequencies& f, Tensor& q_mla) {
+  rope(q, w_kc.dim(0), dn + dr, dn, positions, f);
+  absorb_q(q, w_kc, dn, dr, q_mla);
 }
 
 }  // namespace mla

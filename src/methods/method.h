@@ -18,7 +18,7 @@ struct MethodContext {
   const BatchPlan& plan;
   const Tensor& x;  // [T, hidden_size]
   // Filled by prepare:
-  Tensor q;    // [T, H, qk_head_dim] = [q_nope | RoPE(q_pe)] per head
+  Tensor q;    // [T, H, qk_head_dim] = [q_nope | RoPE(q_pe)] per head (prepare_absorbed: q_pe maybe unrotated)
   Tensor kva;  // [T, kv_row_dim] = [RMSNorm(c_kv) | RoPE(k_pe)], the new latent rows
   Tensor q_mla;  // [T, H, kv_row_dim] = [q_nope · w_kc | q_pe]: the absorbed query, when prepare makes it
   // Filled by core:
@@ -29,6 +29,9 @@ struct MethodContext {
 namespace steps {
 // The standard prepare: q and kva from x, written to the cache at the new tokens' slots.
 void prepare_latent(MethodContext& c);
+// The absorbed methods' prepare: kva as prepare_latent makes and caches it, and c.q_mla =
+// [q_nope · w_kc | RoPE(q_pe)] (Ops::absorb_q_rope) instead of a rotated c.q.
+void prepare_absorbed(MethodContext& c);
 // Latent rows[S, kv_row_dim] → k[S, H, qk_head_dim], v[S, H, v_head_dim] through kv_b_proj.
 void decompress(MethodContext& c, const Tensor& rows, Tensor& k, Tensor& v);
 // Ragged MHA attention of c.q over decompressed rows → (o, lse) allocated here.

@@ -9,7 +9,7 @@ void add_shared_methods(std::vector<MethodImpl>& r, Platform p) {
   r.push_back({ForwardMethod::MHA, p, steps::prepare_latent, mha_core});
   r.push_back({ForwardMethod::MHA_ONE_SHOT, p, steps::prepare_latent, mha_one_shot_core});
   r.push_back({ForwardMethod::MHA_CHUNKED_KV, p, steps::prepare_latent, mha_chunked_kv_core});
-  r.push_back({ForwardMethod::MLA, p, steps::prepare_latent, mla_core});
+  r.push_back({ForwardMethod::MLA, p, steps::prepare_absorbed, mla_core});
 }
 
 }  // namespace mla::methods

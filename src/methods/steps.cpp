@@ -3,31 +3,65 @@
 
 namespace mla::steps {
 
-void prepare_latent(MethodContext& c) {
+namespace {
+
+// c.q [T, H, qk_head_dim] from x (q's RoPE not applied yet).
+void project_q(MethodContext& c) {
   const AttentionConfig& cfg = c.cfg;
   Ops& ops = c.ops;
   const int64_t T = c.plan.num_tokens, H = cfg.num_attention_heads;
   const DType act = ops.act_dtype();
   c.q = ops.empty(act, {T, H, cfg.qk_head_dim()});
-  c.kva = ops.empty(act, {T, cfg.kv_row_dim()});  // [T, 576]
+  if (cfg.has_q_lora()) {
+    Tensor qa = ops.empty(act, {T, cfg.q_lora_rank});  // [T, q_lora_rank]
+    ops.linear(c.x, c.w.q_a_proj, qa);
+    ops.rmsnorm(qa, cfg.q_lora_rank, c.w.q_a_layernorm, cfg.latent_norm_eps);
+    ops.linear(qa, c.w.q_b_proj, c.q);
+  } else {
+    ops.linear(c.x, c.w.q_proj, c.q);
+  }
+}
+
+// c.kva [T, 576] = kv_a_proj_with_mqa(x), not normalized or rotated yet.
+void project_kv(MethodContext& c) {
+  c.kva = c.ops.empty(c.ops.act_dtype(), {c.plan.num_tokens, c.cfg.kv_row_dim()});
+  c.ops.linear(c.x, c.w.kv_a_proj_with_mqa, c.kva);
+}
+
+}  // namespace
+
+void prepare_latent(MethodContext& c) {
+  const AttentionConfig& cfg = c.cfg;
   {
     // The latent projection in a side lane, beside q's: both only read x (the calls keep their
     // program order, so the bits do not change).
-    SideLane lane(ops);
-    ops.linear(c.x, c.w.kv_a_proj_with_mqa, c.kva);
+    SideLane lane(c.ops);
+    project_kv(c);
     lane.main();
-    if (cfg.has_q_lora()) {
-      Tensor qa = ops.empty(act, {T, cfg.q_lora_rank});  // [T, q_lora_rank]
-      ops.linear(c.x, c.w.q_a_proj, qa);
-      ops.rmsnorm(qa, cfg.q_lora_rank, c.w.q_a_layernorm, cfg.latent_norm_eps);
-      ops.linear(qa, c.w.q_b_proj, c.q);
-    } else {
-      ops.linear(c.x, c.w.q_proj, c.q);
-    }
+    project_q(c);
     lane.join();
   }
-  ops.finish_latent(c.q, H, cfg.qk_nope_head_dim, c.kva, cfg.kv_lora_rank, c.w.kv_a_layernorm, cfg.latent_norm_eps,
+  c.ops.finish_latent(c.q, cfg.num_attention_heads, cfg.qk_nope_head_dim, c.kva, cfg.kv_lora_rank,
+                      c.w.kv_a_layernorm, cfg.latent_norm_eps, c.plan.positions, c.rope, c.pool, c.layer,
+                      c.plan.new_slots);
+}
+
+void prepare_absorbed(MethodContext& c) {
+  const AttentionConfig& cfg = c.cfg;
+  Ops& ops = c.ops;
+  const int64_t T = c.plan.num_tokens, H = cfg.num_attention_heads;
+  c.q_mla = ops.empty(ops.act_dtype(), {T, H, cfg.kv_row_dim()});  // [T, H, 576]
+  // The latent rows finished and cached in the side lane (their norm, RoPE and cache write need
+  // nothing of q's); q's RoPE goes with the absorb (Ops::absorb_q_rope). The two lanes write
+  // disjoint tensors, so the bits are those of prepare_latent then absorb_q.
+  SideLane lane(ops);
+  project_kv(c);
+  ops.finish_latent(c.q, 0, cfg.qk_nope_head_dim, c.kva, cfg.kv_lora_rank, c.w.kv_a_layernorm, cfg.latent_norm_eps,
                     c.plan.positions, c.rope, c.pool, c.layer, c.plan.new_slots);
+  lane.main();
+  project_q(c);
+  ops.absorb_q_rope(c.q, c.w.w_kc, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, c.plan.positions, c.rope, c.q_mla);
+  lane.join();
 }
 
 void decompress(MethodContext& c, const Tensor& rows, Tensor& k, Tensor& v) {

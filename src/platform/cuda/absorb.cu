@@ -5,8 +5,10 @@
 //
 // absorb_q: a block takes one head and 64 output columns: w_kc[h]'s 128 × 64 slice (k-major, so
 // through ldmatrix.trans) and the tokens' nope columns. The blocks of the first column slice also
-// copy the tokens' rope columns. It replaces a batched cuBLAS GEMM (~7 µs at one token on the
-// H200, latency-bound for 2 MB of weights) and the copy kernel after it.
+// copy the tokens' rope columns — rotated on the way when a RoPE is given (absorb_q_rope: the rope
+// kernel's angles and rounding, rope.cuh, so q_pe gets the bits rope-then-copy gives it). It replaces
+// a batched cuBLAS GEMM (~7 µs at one token on the H200, latency-bound for 2 MB of weights) and the
+// copy kernel after it.
 //
 // absorb_o: a block takes one head and 16 output columns: w_vc[h]'s 16 rows (512 long) and the
 // tokens' latent rows; warp w sums l in [128w, 128w + 128), and the four partial sums are added
@@ -16,8 +18,10 @@
 #include <cstdint>
 
 #include "platform/cuda/absorb.h"
+#include "mla/fp_formats.h"
 #include "platform/cuda/sm90.cuh"
 #include "platform/gpu/launch.cuh"
+#include "platform/gpu/rope.cuh"
 
 namespace mla::cuda {
 namespace {
@@ -30,10 +34,12 @@ constexpr int kCols = 64;   // output columns a block
 constexpr int kPad = 8;     // bf16 of padding a shared row: ldmatrix's 8 rows fall on distinct banks
 constexpr int kThreads = 128;
 
-// grid (L / kCols, H, ceil(T / 16)); the four warps split the 64 columns, 16 each.
+// grid (L / kCols, H, ceil(T / 16)); the four warps split the 64 columns, 16 each. kRope: q_pe is
+// rotated by rope (its pairs: dr / 2 of them) into q_mla.
+template <bool kRope>
 __global__ void __launch_bounds__(kThreads)
     absorb_q_k(const bf16* __restrict__ q, const bf16* __restrict__ w, bf16* __restrict__ out, int T, int H, int dr,
-               int L) {
+               int L, AbsorbRope rope) {
   gpu::pdl_enter();
   constexpr int BM = 16, kWarpCols = 16, kTiles = kWarpCols / 8;  // n8 tiles a warp
   __shared__ __align__(16) bf16 ws[kDn][kCols + kPad];  // w_kc[h][:, c0 : c0 + 64)
@@ -50,13 +56,24 @@ __global__ void __launch_bounds__(kThreads)
     cp_async(smem_u32(&qs[r][8 * j]), q + (size_t(t < T ? t : 0) * H + h) * qld + 8 * j, t < T);
   }
   cp_async_commit();
-  if (blockIdx.x == 0) {  // the rope columns, 32 bits at a time, while the copies land
+  if (blockIdx.x == 0) {  // the rope columns while the copies land: 32 bits at a time, or rotated pairs
     const int pairs = dr / 2;
     for (int i = tid; i < BM * pairs; i += kThreads) {
       const int r = i / pairs, j = i % pairs, t = t0 + r;
-      if (t < T)
-        reinterpret_cast<uint32_t*>(out + (size_t(t) * H + h) * old + L)[j] =
-            reinterpret_cast<const uint32_t*>(q + (size_t(t) * H + h) * qld + kDn)[j];
+      if (t >= T) continue;
+      const bf16* src = q + (size_t(t) * H + h) * qld + kDn;
+      bf16* dst = out + (size_t(t) * H + h) * old + L;
+      if constexpr (kRope) {
+        const auto* s16 = reinterpret_cast<const uint16_t*>(src);
+        auto* d16 = reinterpret_cast<uint16_t*>(dst);
+        const int64_t i0 = gpu::rope_first(j, pairs, rope.interleave), i1 = gpu::rope_second(j, pairs, rope.interleave);
+        float c, sn, y0, y1;
+        gpu::rope_cos_sin(rope.positions[t], rope.inv_freq[j], rope.attention_factor, c, sn);
+        gpu::rope_rotate(fp::bf16_decode(s16[i0]), fp::bf16_decode(s16[i1]), c, sn, y0, y1);
+        d16[i0] = fp::bf16_encode(y0), d16[i1] = fp::bf16_encode(y1);
+      } else {
+        reinterpret_cast<uint32_t*>(dst)[j] = reinterpret_cast<const uint32_t*>(src)[j];
+      }
     }
   }
   cp_async_wait<0>();
@@ -145,13 +162,14 @@ bool absorb_q_fast_supports(int64_t T, int64_t dn, int64_t dr, int64_t L, const 
 }
 
 void absorb_q_fast(const void* q, const void* w_kc, int64_t T, int64_t H, int64_t dn, int64_t dr, int64_t L,
-                   void* q_mla, cudaStream_t s) {
+                   void* q_mla, const AbsorbRope* rope, cudaStream_t s) {
   if (T == 0 || H == 0) return;
   const auto* qb = static_cast<const bf16*>(q);
   const auto* wb = static_cast<const bf16*>(w_kc);
   auto* ob = static_cast<bf16*>(q_mla);
-  gpu::launch(absorb_q_k, dim3(unsigned(L / kCols), unsigned(H), unsigned((T + 15) / 16)), kThreads, 0, s, qb, wb,
-              ob, int(T), int(H), int(dr), int(L));
+  const dim3 grid(unsigned(L / kCols), unsigned(H), unsigned((T + 15) / 16));
+  if (rope) gpu::launch(absorb_q_k<true>, grid, kThreads, 0, s, qb, wb, ob, int(T), int(H), int(dr), int(L), *rope);
+  else gpu::launch(absorb_q_k<false>, grid, kThreads, 0, s, qb, wb, ob, int(T), int(H), int(dr), int(L), AbsorbRope{});
 }
 
 bool absorb_o_fast_supports(int64_t T, int64_t dv, int64_t L, const void* o_lat, const void* w_vc, const void* o) {

@@ -19,11 +19,21 @@ inline constexpr int64_t kAbsorbFastTokens = 32;
 bool absorb_q_fast_supports(int64_t T, int64_t dn, int64_t dr, int64_t L, const void* q, const void* w_kc,
                             const void* q_mla);
 
+// A RoPE for absorb_q_fast to rotate q's rope columns with as it copies them (dr / 2 pairs): the
+// tokens' positions and the frequencies on the device, as the rope kernel takes them.
+struct AbsorbRope {
+  const int32_t* positions = nullptr;  // [T]
+  const double* inv_freq = nullptr;    // [dr / 2]
+  double attention_factor = 1.0;
+  bool interleave = true;
+};
+
 // q_mla[t, h, :L] = q[t, h, :dn] · w_kc[h] (f32 sums over dn in index-block order, rounded to bf16),
-// q_mla[t, h, L:L+dr] = q[t, h, dn:dn+dr]. q [T, H, dn + dr], w_kc [H, dn, L], q_mla [T, H, L + dr],
-// all bf16. A row's bits do not depend on T.
+// q_mla[t, h, L:L+dr] = q[t, h, dn:dn+dr], rotated by `rope` when given (the bits of the rope kernel
+// on q, then the copy). q [T, H, dn + dr], w_kc [H, dn, L], q_mla [T, H, L + dr], all bf16. A row's
+// bits do not depend on T.
 void absorb_q_fast(const void* q, const void* w_kc, int64_t T, int64_t H, int64_t dn, int64_t dr, int64_t L,
-                   void* q_mla, cudaStream_t s);
+                   void* q_mla, const AbsorbRope* rope, cudaStream_t s);
 
 // Shapes absorb_o_fast takes: T ≤ kAbsorbFastTokens, dv = 128, L = 512, 16-byte aligned.
 bool absorb_o_fast_supports(int64_t T, int64_t dv, int64_t L, const void* o_lat, const void* w_vc, const void* o);

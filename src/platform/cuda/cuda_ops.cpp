@@ -122,7 +122,7 @@ class CudaOps final : public GpuOps {
     if (T == 0) return;
     if (q.dtype() == DType::BF16 && w_kc.dtype() == DType::BF16 && q_mla.dtype() == DType::BF16 &&
         absorb_q_fast_supports(T, dn, dr, L, q.data(), w_kc.data(), q_mla.data()))
-      return absorb_q_fast(q.data(), w_kc.data(), T, H, dn, dr, L, q_mla.data(), stream());
+      return absorb_q_fast(q.data(), w_kc.data(), T, H, dn, dr, L, q_mla.data(), nullptr, stream());
     const float one = 1.f, zero = 0.f;
     MLA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas(), CUBLAS_OP_N, CUBLAS_OP_N, int(L), int(T), int(dn), &one, w_kc.data(), blas_type(w_kc.dtype()), int(L),
@@ -130,6 +130,22 @@ class CudaOps final : public GpuOps {
         blas_type(q_mla.dtype()), int(H * (L + dr)), L + dr, int(H), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     gpu::copy_cols(q.data(), elem_of(q.dtype()), dn + dr, dn, q_mla.data(), elem_of(q_mla.dtype()), L + dr, L, T * H, dr,
                     stream());
+  }
+  // The decode batches' rope in absorb_q's kernel (its first column slice rotates q_pe as it copies
+  // it): a kernel fewer on the chain from q's projection to the attention.
+  void absorb_q_rope(Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr, const std::vector<int32_t>& positions,
+                     const RopeFrequencies& f, Tensor& q_mla) override {
+    const int64_t H = w_kc.dim(0), L = w_kc.dim(2), T = q.numel() / (H * (dn + dr));
+    expect(w_kc.dim(1) == dn && q.numel() == T * H * (dn + dr) && q_mla.numel() == T * H * (L + dr) &&
+               int64_t(positions.size()) == T,
+           "absorb_q_rope", "shape");
+    if (T == 0) return;
+    if (q.dtype() == DType::BF16 && w_kc.dtype() == DType::BF16 && q_mla.dtype() == DType::BF16 &&
+        2 * int64_t(f.inv_freq.size()) == dr && absorb_q_fast_supports(T, dn, dr, L, q.data(), w_kc.data(), q_mla.data())) {
+      const AbsorbRope rope{ints(positions, 0), doubles(f.inv_freq), f.attention_factor, f.interleave};
+      return absorb_q_fast(q.data(), w_kc.data(), T, H, dn, dr, L, q_mla.data(), &rope, stream());
+    }
+    Ops::absorb_q_rope(q, w_kc, dn, dr, positions, f, q_mla);
   }
   // Per head: o[:, h, :] = o_lat[:, h, :] · w_vc[h]ᵀ
   void absorb_o(const Tensor& o_lat, const Tensor& w_vc, Tensor& o) override {

@@ -147,18 +147,20 @@ class GpuOps : public Ops {
   void finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, int64_t kv_lora_rank, const Tensor& w,
                      double eps, const std::vector<int32_t>& positions, const RopeFrequencies& f, KVPool& pool,
                      int64_t layer, const std::vector<int32_t>& slots) override {
-    const int64_t T = rows_of(kva), D = pool.config().row_dim, hd = q.dim(-1), half = int64_t(f.inv_freq.size());
+    const int64_t T = rows_of(kva), D = pool.config().row_dim, hd = heads > 0 ? q.dim(-1) : 0,
+                  half = int64_t(f.inv_freq.size());
     if (!gpu::latent_finish_fits(half))
       return Ops::finish_latent(q, heads, q_rot, kva, kv_lora_rank, w, eps, positions, f, pool, layer, slots);
-    expect(kva.dim(-1) == D && q.numel() == T * heads * hd && int64_t(positions.size()) == T &&
-               int64_t(slots.size()) == T && q_rot + 2 * half <= hd && kv_lora_rank + 2 * half <= D &&
+    expect(kva.dim(-1) == D && heads >= 0 && (heads == 0 || (q.numel() == T * heads * hd && q_rot + 2 * half <= hd)) &&
+               int64_t(positions.size()) == T && int64_t(slots.size()) == T && kv_lora_rank + 2 * half <= D &&
                w.numel() == kv_lora_rank,
            "finish_latent", "shape mismatch");
     check_slots(pool, slots, "finish_latent");
     if (T == 0) return;
     Tensor& buf = pool.buffer(layer);
     gpu::LatentFinishParams p{};
-    p.q = q.data(), p.q_elem = elem_of(q.dtype()), p.heads = heads, p.q_head_dim = hd, p.q_rot = q_rot;
+    p.q = heads > 0 ? q.data() : nullptr, p.q_elem = elem_of(heads > 0 ? q.dtype() : kva.dtype()), p.heads = heads,
+    p.q_head_dim = hd, p.q_rot = q_rot;
     p.kva = kva.data(), p.kva_elem = elem_of(kva.dtype()), p.row_dim = D, p.lora = kv_lora_rank;
     p.norm_w = w.data(), p.norm_elem = elem_of(w.dtype()), p.eps = float(eps);
     p.norm_vec = gpu::norm_rows_vectorized(kva.data(), p.kva_elem, D, kv_lora_rank);
