@@ -355,6 +355,57 @@ TEST_P(MoeExperts, NoTokensAndBadInput) {
   EXPECT_THROW(ops->moe_experts(x, e_f, w, g, u, d, o), Error);        // expert ids must be i32
 }
 
+// moe_experts_add (the shared experts' rows, made in a side lane, added by the combine on the GPUs)
+// gives the bits of moe_experts, the join, then add: the fast and portable shapes, 1 to 600 tokens,
+// the lane's work a real GEMM of x. A mismatched added tensor is refused.
+TEST_P(MoeExperts, AddingTheSharedRowsIsMoeExpertsThenAdd) {
+  const Flavour f = GetParam();
+  MLA_OPS_OR_SKIP(ops, f);
+  struct Shape3 {
+    int64_t T, K, E, I, H;
+  };
+  for (Shape3 s : {Shape3{1, 2, 4, 128, 256}, Shape3{37, 3, 8, 192, 128}, Shape3{600, 2, 4, 128, 256},
+                   Shape3{5, 2, 6, 40, 72}}) {
+    SCOPED_TRACE(fmt::format("T {} K {} E {} I {} hidden {}", s.T, s.K, s.E, s.I, s.H));
+    const Experts m = random_experts(s.E, s.I, s.H, f.act, 31);
+    const Tensor xh = random_x(s.T, s.H, f.act, 32);
+    std::vector<int32_t> ex;
+    std::vector<float> w;
+    random_choice(s.T, s.K, s.E, -1, 33, ex, w);
+    const Tensor x = ops->upload(xh), e = ops->upload(host_i32(ex, {s.T, s.K})), wt = ops->upload(host_f32(w, {s.T, s.K}));
+    const Tensor g = ops->upload(m.gate), u = ops->upload(m.up), d = ops->upload(m.down);
+    const Tensor proj = ops->upload(random_x(s.H, s.H, f.act, 34));  // the lane's GEMM: x · projᵀ
+    auto shared_rows = [&] {
+      Tensor y = ops->empty(f.act, {s.T, s.H});
+      ops->linear(x, proj, y);
+      return y;
+    };
+    Tensor fused = ops->empty(f.act, {s.T, s.H});
+    {
+      SideLane lane(*ops);
+      const Tensor y = shared_rows();
+      lane.main();
+      ops->moe_experts_add(x, e, wt, g, u, d, lane, y, fused);
+    }
+    Tensor steps = ops->empty(f.act, {s.T, s.H});
+    ops->moe_experts(x, e, wt, g, u, d, steps);
+    ops->add(steps, shared_rows());
+    const Tensor a = ops->download(fused), b = ops->download(steps);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes()));
+    Tensor plain = ops->empty(f.act, {s.T, s.H});
+    ops->moe_experts(x, e, wt, g, u, d, plain);
+    const Tensor c = ops->download(plain);
+    EXPECT_NE(0, std::memcmp(a.data(), c.data(), a.nbytes())) << "nothing was added";
+  }
+  const Experts m = random_experts(4, 64, 64, f.act, 1);
+  Tensor x = ops->empty(f.act, {3, 64}), e = ops->empty(DType::I32, {3, 2}), w = ops->empty(DType::F32, {3, 2});
+  Tensor o = ops->empty(f.act, {3, 64}), bad = ops->empty(f.act, {3, 32});
+  SideLane lane(*ops);
+  lane.main();
+  EXPECT_THROW(ops->moe_experts_add(x, e, w, ops->upload(m.gate), ops->upload(m.up), ops->upload(m.down), lane, bad, o),
+               Error);
+}
+
 // A token's row alone, and inside T = 37, 64, 128 and 512 batches of other tokens: bit-identical.
 TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
   const Flavour f = GetParam();

@@ -307,7 +307,7 @@ json bench_moe(const std::string& name, const MoeRouting& r, int64_t I, int64_t 
     moe_down_fast(h.data(), n, plan, max_tiles, bm, sets[size_t(i) % sets.size()].down.data(), E, I, Hd, y.data(), s);
   });
   const double combine_us = time_us(s, runs, [&](int) {
-    moe_combine(y.data(), Elem::BF16, plan.pos, w.ptr<float>(), T, K, Hd, out.data(), Elem::BF16, s);
+    moe_combine(y.data(), Elem::BF16, plan.pos, w.ptr<float>(), T, K, Hd, out.data(), Elem::BF16, nullptr, Elem::BF16, s);
   });
   int32_t tiles_run = 0;
   MLA_CUDA_CHECK(cudaMemcpyAsync(&tiles_run, plan.num_tiles, sizeof tiles_run, cudaMemcpyDeviceToHost, s));

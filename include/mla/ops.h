@@ -48,6 +48,8 @@ struct StepCounters {
   }
 };
 
+class SideLane;
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -255,6 +257,11 @@ class Ops {
   // summed in k order. A token's row never depends on the other tokens of the batch.
   virtual void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight,
                            const Tensor& gate, const Tensor& up, const Tensor& down, Tensor& out) = 0;
+  // moe_experts, with `add` [T, hidden] (the shared experts' output, made in `lane`) added to out:
+  // the bits of moe_experts(…, out); lane.join(); add(out, add). A platform may run the routed
+  // experts beside the lane and join it only before their weighted sum, which then adds `add`.
+  virtual void moe_experts_add(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,
+                               const Tensor& up, const Tensor& down, SideLane& lane, const Tensor& add, Tensor& out);
 
   // ---- sampling -------------------------------------------------------------------------------
   // x[R, V] f32 → out[R] I32: per row the greedy choice, greedy_index's rule (mla/greedy.h: the
@@ -287,6 +294,8 @@ class Ops {
                              int64_t kv_lora_rank, double scale, Tensor& o, Tensor& lse) = 0;
 
  protected:
+  // moe_experts_add's added rows: as many as out's elements, on out's platform (else an Error).
+  static void check_moe_add(const Tensor& add, const Tensor& out);
   bool timeline_on_ = false;
   std::vector<std::pair<const char*, double>> marks_;  // the host clock's marks (seconds)
 };

@@ -93,6 +93,20 @@ void Ops::finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, in
   cache_write(pool, layer, slots, kva);
 }
 
+void Ops::moe_experts_add(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,
+                          const Tensor& up, const Tensor& down, SideLane& lane, const Tensor& add_in, Tensor& out) {
+  check_moe_add(add_in, out);
+  moe_experts(x, expert, weight, gate, up, down, out);
+  lane.join();
+  add(out, add_in);
+}
+
+void Ops::check_moe_add(const Tensor& add, const Tensor& out) {
+  if (!add.defined() || add.numel() != out.numel() || add.platform() != out.platform())
+    fail("moe_experts_add: added rows {} for an output of {}", add.defined() ? shape_str(add.shape()) : "(none)",
+         shape_str(out.shape()));
+}
+
 void Ops::absorb_q_rope(Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr, const std::vector<int32_t>& positions,
                         const RopeFrequencies& f, Tensor& q_mla) {
   rope(q, w_kc.dim(0), dn + dr, dn, positions, f);

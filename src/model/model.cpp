@@ -179,11 +179,11 @@ Tensor Model::moe(const Layer& l, const Tensor& x) {
     lane->main();
   }
   Tensor out = ops_.empty(ops_.act_dtype(), {T, cfg_.hidden_size()});  // [T, hidden]
-  ops_.moe_experts(x, expert, weight, l.experts.gate_proj, l.experts.up_proj, l.experts.down_proj, out);
-  if (l.shared) {
-    lane->join();
-    ops_.add(out, shared);
-  }
+  if (l.shared)  // the lane joins before the routed experts' weighted sum, which adds the shared output
+    ops_.moe_experts_add(x, expert, weight, l.experts.gate_proj, l.experts.up_proj, l.experts.down_proj, *lane, shared,
+                         out);
+  else
+    ops_.moe_experts(x, expert, weight, l.experts.gate_proj, l.experts.up_proj, l.experts.down_proj, out);
   return out;
 }
 

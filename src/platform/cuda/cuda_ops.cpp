@@ -164,13 +164,16 @@ class CudaOps final : public GpuOps {
 
 
   // bf16 at multiples of 64: the tensor-core grouped GEMMs (moe_gemm.cu); else the portable path.
-  void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
-                   const Tensor& down, Tensor& out) override {
+  void moe_run(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+               const Tensor& down, SideLane* lane, const Tensor* add, Tensor& out) override {
     const MoeShape m = moe_shape(x, expert, weight, gate, up, down, out);
     if (x.dtype() != DType::BF16 || gate.dtype() != DType::BF16 || out.dtype() != DType::BF16 ||
         !moe_fast_supports(m.I, m.hidden))
-      return GpuOps::moe_experts(x, expert, weight, gate, up, down, out);
-    if (m.T == 0) return;
+      return GpuOps::moe_run(x, expert, weight, gate, up, down, lane, add, out);
+    if (m.T == 0) {
+      if (lane) lane->join();
+      return;
+    }
     const int64_t n = m.T * m.K;
     const int bm = moe_fast_rows(n, m.E, m.I, m.hidden);
     const int64_t tiles = moe_max_tiles(n, m.E, bm);
@@ -180,8 +183,9 @@ class CudaOps final : public GpuOps {
     moe_gate_up_fast(x.data(), m.T, int(m.K), plan, tiles, bm, gate.data(), up.data(), m.E, m.I, m.hidden, h.data(),
                      stream());
     moe_down_fast(h.data(), n, plan, tiles, bm, down.data(), m.E, m.I, m.hidden, y.data(), stream());
+    if (lane) lane->join();
     moe_combine(y.data(), Elem::BF16, plan.pos, weight.ptr<float>(), m.T, m.K, m.hidden, out.data(), Elem::BF16,
-                stream());
+                add ? add->data() : nullptr, add ? elem_of(add->dtype()) : Elem::BF16, stream());
   }
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttnSegments& seg, double scale, Tensor& o,

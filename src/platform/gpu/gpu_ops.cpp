@@ -447,10 +447,13 @@ MoePlan GpuOps::moe_plan(const Tensor& expert, const MoeShape& m, int bm, Tensor
   return plan;
 }
 
-void GpuOps::moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,
-                         const Tensor& up, const Tensor& down, Tensor& out) {
+void GpuOps::moe_run(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+                     const Tensor& down, SideLane* lane, const Tensor* add, Tensor& out) {
   const MoeShape m = moe_shape(x, expert, weight, gate, up, down, out);
-  if (m.T == 0) return;
+  if (m.T == 0) {
+    if (lane) lane->join();
+    return;
+  }
   const int64_t n = m.T * m.K, bm = kMoeGenericRows, tiles = moe_max_tiles(n, m.E, bm);
   Tensor keep;
   const MoePlan plan = moe_plan(expert, m, int(bm), keep);
@@ -459,7 +462,9 @@ void GpuOps::moe_experts(const Tensor& x, const Tensor& expert, const Tensor& we
   moe_gate_up_generic(x.data(), elem_of(x.dtype()), int(m.K), plan, tiles, gate.data(), up.data(), we, m.I, m.hidden,
                       h.data(), ae, stream_);
   moe_down_generic(h.data(), ae, plan, tiles, down.data(), we, m.I, m.hidden, y.data(), ae, stream_);
-  moe_combine(y.data(), ae, plan.pos, weight.ptr<float>(), m.T, m.K, m.hidden, out.data(), ae, stream_);
+  if (lane) lane->join();
+  moe_combine(y.data(), ae, plan.pos, weight.ptr<float>(), m.T, m.K, m.hidden, out.data(), ae,
+              add ? add->data() : nullptr, add ? elem_of(add->dtype()) : ae, stream_);
 }
 
 int device_count() {

@@ -252,9 +252,16 @@ class GpuOps : public Ops {
   // logits kernel (the same bits per row) + moe_route; larger ones as linear + moe_route.
   void moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r, Tensor& router_logits,
                   Tensor& expert, Tensor& weight) override;
-  // The portable path: plan, the grouped GEMMs of moe.cu, combine.
+  // Both through moe_run; with moe_experts_add the lane joins before the combine, which adds `add`.
   void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
-                   const Tensor& down, Tensor& out) override;
+                   const Tensor& down, Tensor& out) override {
+    moe_run(x, expert, weight, gate, up, down, nullptr, nullptr, out);
+  }
+  void moe_experts_add(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+                       const Tensor& down, SideLane& lane, const Tensor& add, Tensor& out) override {
+    check_moe_add(add, out);
+    moe_run(x, expert, weight, gate, up, down, &lane, &add, out);
+  }
 
   // Per head: q_mla[:, h, :L] = q[:, h, :dn] · w_kc[h] (strided batched GEMM), then q_pe copied.
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttnSegments& seg, double scale, Tensor& o,
@@ -320,6 +327,10 @@ class GpuOps : public Ops {
     if (capturing_ && (capture_keep_.empty() || capture_keep_.back().data() != t.data())) capture_keep_.push_back(t);
     return {t.data(), t.nbytes()};
   }
+  // moe_experts (with moe_experts_add's lane and added rows when given). The portable path: plan, the
+  // grouped GEMMs of moe.cu, the lane's join, combine; a platform may take the shapes it runs faster.
+  virtual void moe_run(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
+                       const Tensor& down, SideLane* lane, const Tensor* add, Tensor& out);
   // The checked sizes of moe_experts: T tokens, K slots each, E experts of width I.
   struct MoeShape {
     int64_t T = 0, K = 0, E = 0, I = 0, hidden = 0;

@@ -423,7 +423,7 @@ __global__ void moe_gemm_generic_k(const void* a, Elem ae, int topk, MoePlan pla
 }
 
 __global__ void moe_combine_k(const void* y, Elem ye, const int32_t* pos, const float* weight, int64_t T, int K,
-                              int64_t hidden, void* out, Elem oe) {
+                              int64_t hidden, void* out, Elem oe, const void* add, Elem ae) {
   pdl_enter();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(T * hidden)) return;
@@ -433,6 +433,7 @@ __global__ void moe_combine_k(const void* y, Elem ye, const int32_t* pos, const 
     const int p = pos[t * K + k];
     if (p >= 0) acc += weight[t * K + k] * load_elem(y, ye, size_t(int64_t(p) * hidden + c));
   }
+  if (add) acc = round_as(acc, oe) + load_elem(add, ae, i);
   store_elem(out, oe, i, acc);
 }
 
@@ -441,7 +442,7 @@ __global__ void moe_combine_k(const void* y, Elem ye, const int32_t* pos, const 
 // trip to memory instead of K in a row); the adds stay in k order.
 constexpr int kCombineSlots = 8;
 __global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const float* weight, int64_t T, int K,
-                                     int64_t hidden8, uint4* out) {
+                                     int64_t hidden8, const uint4* plus, uint4* out) {
   pdl_enter();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(T * hidden8)) return;
@@ -469,6 +470,13 @@ __global__ void moe_combine_bf16x8_k(const uint4* y, const int32_t* pos, const f
       const int p = pos[t * K + k];
       if (p >= 0) add(weight[t * K + k], y[size_t(p) * hidden8 + c]);
     }
+  }
+  if (plus) {  // the sum as bf16 holds it, plus the added row (the add kernel's bits)
+    const uint4 a = plus[i];
+    float v[8];
+    unpack_bf16x8(a, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = fp::bf16_decode(fp::bf16_encode(acc[j])) + v[j];
   }
   out[i] = pack_bf16x8(acc);
 }
@@ -555,15 +563,16 @@ void moe_down_generic(const void* h, Elem he, const MoePlan& plan, int64_t max_t
 }
 
 void moe_combine(const void* y, Elem ye, const int32_t* pos, const float* weight, int64_t T, int64_t K, int64_t hidden,
-                 void* out, Elem oe, cudaStream_t s) {
+                 void* out, Elem oe, const void* add, Elem ae, cudaStream_t s) {
   const size_t n = size_t(T * hidden);
   if (n == 0) return;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
-  if (ye == Elem::BF16 && oe == Elem::BF16 && hidden % 8 == 0 && aligned)
+  const bool aligned = ((reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(out) |
+                         reinterpret_cast<uintptr_t>(add)) & 15) == 0;
+  if (ye == Elem::BF16 && oe == Elem::BF16 && (!add || ae == Elem::BF16) && hidden % 8 == 0 && aligned)
     launch(moe_combine_bf16x8_k, blocks_for(n / 8, 256), 256, 0, s, static_cast<const uint4*>(y), pos, weight, T, int(K),
-                                                                hidden / 8, static_cast<uint4*>(out));
+           hidden / 8, static_cast<const uint4*>(add), static_cast<uint4*>(out));
   else
-    launch(moe_combine_k, blocks_for(n, 256), 256, 0, s, y, ye, pos, weight, T, int(K), hidden, out, oe);
+    launch(moe_combine_k, blocks_for(n, 256), 256, 0, s, y, ye, pos, weight, T, int(K), hidden, out, oe, add, ae);
 }
 
 }  // namespace mla::gpu

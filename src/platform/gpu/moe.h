@@ -80,8 +80,10 @@ void moe_gate_up_generic(const void* x, Elem xe, int topk, const MoePlan& plan, 
                          Elem he, cudaStream_t s);
 void moe_down_generic(const void* h, Elem he, const MoePlan& plan, int64_t max_tiles, const void* down,
                       Elem we, int64_t I, int64_t hidden, void* y, Elem ye, cudaStream_t s);
-// out[t, :] = Σ_{k<K} weight[t, k] · y[pos[t·K + k], :], summed in k order in f32.
+// out[t, :] = Σ_{k<K} weight[t, k] · y[pos[t·K + k], :], summed in k order in f32; with `add` [T, hidden]
+// (of type ae; null: none), that sum rounded to out's type plus add[t, :] (the bits of the add kernel
+// after the plain sum).
 void moe_combine(const void* y, Elem ye, const int32_t* pos, const float* weight, int64_t T, int64_t K,
-                 int64_t hidden, void* out, Elem oe, cudaStream_t s);
+                 int64_t hidden, void* out, Elem oe, const void* add, Elem ae, cudaStream_t s);
 
 }  // namespace mla::gpu
