@@ -9,11 +9,7 @@ void mla_core(MethodContext& c) {
   Ops& ops = c.ops;
   const int64_t T = c.plan.num_tokens, H = cfg.num_attention_heads;
   const DType act = ops.act_dtype();
-  Tensor q_mla = c.q_mla;  // [T, H, 576], made by prepare_absorbed, or here from a rotated c.q
-  if (!q_mla.defined()) {
-    q_mla = ops.empty(act, {T, H, cfg.kv_row_dim()});
-    ops.absorb_q(c.q, c.w.w_kc, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, q_mla);
-  }
+  const Tensor& q_mla = c.q_mla;  // [T, H, 576], made by prepare_absorbed
   Tensor o_lat = ops.empty(act, {T, H, cfg.kv_lora_rank});   // [T, H, 512]
   c.lse = ops.empty(ops.lse_dtype(), {T, H});                // [T, H]
   ops.mla_attention(q_mla, c.pool, c.layer, c.plan.kv_slots, c.plan.prefix_and_new(),
