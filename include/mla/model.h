@@ -121,9 +121,7 @@ class Model {
     std::optional<Mlp> shared;
   };
   Tensor mlp(const Mlp& m, const Tensor& x);  // x[n, hidden] → [n, hidden] (this rank's part of the sum)
-  // The layer's post-attention norm (h += y, x = RMSNorm(h), with tp > 1 after y's all-reduce),
-  // its router and experts: x[T, hidden] → [T, hidden] (this rank's part of the sum).
-  Tensor moe(const Layer& l, Tensor& h, Tensor& y, Tensor& x);
+  Tensor moe(const Layer& l, const Tensor& x);
   // h[rows, hidden] normalized → out[rows, vocab_size] f32
   void logits(const Tensor& h, Tensor& out);
   // The layers, final norm and lm_head of a planned step (inside its StepScope) → logits[rows, vocab].

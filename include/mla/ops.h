@@ -251,11 +251,6 @@ class Ops {
   // an error (check_router_dtype).
   virtual void moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
                           Tensor& router_logits, Tensor& expert, Tensor& weight);
-  // The post-attention norm of a MoE layer and its router: add_rmsnorm(h, y, x, norm_w, eps), then
-  // moe_router(x, …), bit for bit (h, x, logits, expert, weight); a platform may run both as one launch.
-  virtual void add_rmsnorm_router(Tensor& h, const Tensor& y, Tensor& x, const Tensor& norm_w, double eps,
-                                  const Tensor& router, const Tensor& bias, const MoeRouting& r, Tensor& router_logits,
-                                  Tensor& expert, Tensor& weight);
   // x[T, hidden], expert[T, K] i32, weight[T, K] f32; stacked experts gate[E, I, hidden],
   // up[E, I, hidden], down[E, hidden, I] → out[T, hidden] (overwritten):
   //   out[t] = Σ_{k=0..K-1} weight[t, k] · down_e(silu(gate_e · x_t) ⊙ up_e · x_t), e = expert[t, k],

@@ -84,14 +84,6 @@ void Ops::moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, 
   moe_route(router_logits, bias, r, expert, weight);
 }
 
-void Ops::add_rmsnorm_router(Tensor& h, const Tensor& y, Tensor& x, const Tensor& norm_w, double eps,
-                             const Tensor& router, const Tensor& bias, const MoeRouting& r, Tensor& router_logits,
-                             Tensor& expert, Tensor& weight) {
-  check_router_dtype(x, router);  // before h changes
-  add_rmsnorm(h, y, x, norm_w, eps);
-  moe_router(x, router, bias, r, router_logits, expert, weight);
-}
-
 void Ops::finish_latent(Tensor& q, int64_t heads, int64_t q_rot, Tensor& kva, int64_t kv_lora_rank, const Tensor& w,
                         double eps, const std::vector<int32_t>& positions, const RopeFrequencies& f, KVPool& pool,
                         int64_t layer, const std::vector<int32_t>& slots) {

@@ -162,7 +162,7 @@ Tensor Model::mlp(const Mlp& m, const Tensor& x) {
   return y;
 }
 
-Tensor Model::moe(const Layer& l, Tensor& h, Tensor& y, Tensor& x) {
+Tensor Model::moe(const Layer& l, const Tensor& x) {
   const int64_t T = x.dim(0), E = routing_.n_routed_experts, K = routing_.num_experts_per_tok;
   // The router first: forked beside it, the shared experts' GEMMs held the SMs its blocks waited
   // for (V2-Lite decode b1: 16 µs a layer in the router, 7 µs after it). Then the shared experts
@@ -170,14 +170,7 @@ Tensor Model::moe(const Layer& l, Tensor& h, Tensor& y, Tensor& x) {
   // after the join, so the bits are those of the calls in order.
   Tensor logits = ops_.empty(DType::F32, {T, E});  // [T, E], f32 as HF computes the router
   Tensor expert = ops_.empty(DType::I32, {T, K}), weight = ops_.empty(DType::F32, {T, K});  // [T, K]
-  const double eps = cfg_.attn.rms_norm_eps;
-  if (tp_) {
-    tp_->all_reduce_add_rmsnorm(y, h, x, l.post_attention_layernorm, eps, ops_);
-    ops_.moe_router(x, l.router, l.bias, routing_, logits, expert, weight);
-  } else {  // on a GPU at decode sizes one launch
-    ops_.add_rmsnorm_router(h, y, x, l.post_attention_layernorm, eps, l.router, l.bias, routing_, logits, expert,
-                            weight);
-  }
+  ops_.moe_router(x, l.router, l.bias, routing_, logits, expert, weight);
   std::optional<SideLane> lane;
   Tensor shared;  // [T, hidden]
   if (l.shared) {
@@ -289,12 +282,8 @@ void Model::run(const std::vector<int32_t>& embed_rows, const BatchPlan& plan, K
     add_norm(l.input_layernorm);
     pending = l.attn->forward(x, plan, pool, int64_t(i), method, settings).out;
     ops_.mark(l.mlp ? "mlp" : "moe");
-    if (l.mlp) {
-      add_norm(l.post_attention_layernorm);
-      pending = mlp(*l.mlp, x);
-    } else {
-      pending = moe(l, h, pending, x);
-    }
+    add_norm(l.post_attention_layernorm);
+    pending = l.mlp ? mlp(*l.mlp, x) : moe(l, x);
   }
   ops_.mark("head");
   if (pending.defined()) {

@@ -159,9 +159,21 @@ __global__ void add_rmsnorm_bf16x8_k(void* h, bool h_vec, const void* y, Elem ye
   for (int c = 0; c < kNormChunks; ++c) {
     const int64_t k = threadIdx.x + c * int64_t(blockDim.x);
     if (k >= chunks) continue;
-    const uint4 hv = residual_add_bf16x8(h, h_vec, y, ye, y_vec, row + k);
-    store_bf16x8(h, h_vec, row + k, hv);
+    const size_t at = (row + k) * 8;
+    float a[8], b[8];
+    if (h_vec) unpack_bf16x8(static_cast<const uint4*>(h)[row + k], a);
+    else
+      for (int j = 0; j < 8; ++j) a[j] = load_elem(h, Elem::BF16, at + j);
+    if (y_vec) unpack_bf16x8(static_cast<const uint4*>(y)[row + k], b);
+    else
+      for (int j = 0; j < 8; ++j) b[j] = load_elem(y, ye, at + j);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[j] += b[j];
+    const uint4 hv = pack_bf16x8(a);
+    if (h_vec) static_cast<uint4*>(h)[row + k] = hv;
     unpack_bf16x8(hv, v[c]);  // x = h as stored
+    if (!h_vec)
+      for (int j = 0; j < 8; ++j) store_elem(h, Elem::BF16, at + j, v[c][j]);
   }
   rmsnorm_chunks_bf16(x + row, v, chunks, n, w, we, eps);
 }

@@ -419,27 +419,6 @@ void GpuOps::moe_router(const Tensor& x, const Tensor& router, const Tensor& bia
   gpu::moe_router(x.data(), xe, router.data(), we, H, p, done, stream_);
 }
 
-void GpuOps::add_rmsnorm_router(Tensor& h, const Tensor& y, Tensor& x, const Tensor& norm_w, double eps,
-                                const Tensor& router, const Tensor& bias, const MoeRouting& r, Tensor& logits,
-                                Tensor& expert, Tensor& weight) {
-  const int64_t T = rows_of(x), H = x.dim(-1), E = r.n_routed_experts;
-  // One launch where both calls would take their bf16 row kernels and the router its fused one.
-  const bool fuse = x.dtype() == DType::BF16 && h.dtype() == DType::BF16 && h.numel() == x.numel() &&
-                    h.dim(-1) == H && y.numel() == h.numel() && norm_w.numel() == H && T > 0 &&
-                    T <= kMoeRouterTokens && (router.dtype() == DType::F32 || router.dtype() == DType::BF16) &&
-                    gpu::norm_rows_vectorized(x.data(), Elem::BF16, H, H);
-  if (!fuse) return Ops::add_rmsnorm_router(h, y, x, norm_w, eps, router, bias, r, logits, expert, weight);
-  expect(router.rank() == 2 && router.dim(0) == E && router.dim(1) == H && logits.numel() == T * E, "moe_router",
-         fmt::format("router {} for x {} and {} experts", shape_str(router.shape()), shape_str(x.shape()), E));
-  MoeRouteParams p = route_params(logits, bias, r, expert, weight);
-  gpu::MoeRouterNorm n;
-  n.h = h.data(), n.h_vec = aligned16(h.data());
-  n.y = y.data(), n.ye = elem_of(y.dtype()), n.y_vec = y.dtype() == DType::BF16 && aligned16(y.data());
-  n.x = x.data(), n.w = norm_w.data(), n.we = elem_of(norm_w.dtype()), n.eps = float(eps);
-  unsigned* done = router_done_ + (stream_ == main_stream_ ? 0 : kMoeRouterTokens);
-  gpu::moe_router(x.data(), Elem::BF16, router.data(), elem_of(router.dtype()), H, p, done, stream_, &n);
-}
-
 GpuOps::MoeShape GpuOps::moe_shape(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate,
                                    const Tensor& up, const Tensor& down, const Tensor& out) {
   MoeShape m;

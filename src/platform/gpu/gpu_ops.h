@@ -252,10 +252,6 @@ class GpuOps : public Ops {
   // logits kernel (the same bits per row) + moe_route; larger ones as linear + moe_route.
   void moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r, Tensor& router_logits,
                   Tensor& expert, Tensor& weight) override;
-  // The same decode-sized batches with the residual add and norm in the router's launch (bf16 rows).
-  void add_rmsnorm_router(Tensor& h, const Tensor& y, Tensor& x, const Tensor& norm_w, double eps, const Tensor& router,
-                          const Tensor& bias, const MoeRouting& r, Tensor& router_logits, Tensor& expert,
-                          Tensor& weight) override;
   // Both through moe_run; with moe_experts_add the lane joins before the combine, which adds `add`.
   void moe_experts(const Tensor& x, const Tensor& expert, const Tensor& weight, const Tensor& gate, const Tensor& up,
                    const Tensor& down, Tensor& out) override {

@@ -149,41 +149,15 @@ __device__ __forceinline__ float4 router_w4(const void* row, int j) {
 // its 4-wide chunks in index order, then block_sum's fixed tree), and the last of token t's blocks
 // to finish routes it from the logits the others wrote. That block sets the token's counter back to
 // zero for the next launch.
-// The offset of the fused norm's row in moe_router_k's dynamic shared memory (past the routing's
-// arrays and the token's logits), 16-byte aligned.
-__host__ __device__ inline size_t router_norm_smem_offset(const MoeRouteParams& p) {
-  return (route_smem_bytes(p) + sizeof(float) * size_t(p.E) + 15) / 16 * 16;
-}
-
-// With kNorm, x is first made from the residual (MoeRouterNorm): the block's copy of row t in
-// shared memory, the same values gpu::add_rmsnorm writes, so the logits keep their bits.
-template <bool kWBf16, bool kNorm>
+template <bool kWBf16>
 __global__ void __launch_bounds__(kRouteThreads)
-    moe_router_k(const void* x, Elem xe, const void* w, int hidden, bool vec, MoeRouteParams p, unsigned* done,
-                 MoeRouterNorm norm) {
+    moe_router_k(const void* x, Elem xe, const void* w, int hidden, bool vec, MoeRouteParams p, unsigned* done) {
   pdl_enter();
   extern __shared__ double sm[];
   __shared__ bool last;
   const int t = blockIdx.x, e = blockIdx.y;
   float* logits = const_cast<float*>(p.logits);
-  size_t xrow = size_t(t) * size_t(hidden);
-  const size_t wrow = size_t(e) * size_t(hidden);
-  uint4* xs = reinterpret_cast<uint4*>(reinterpret_cast<char*>(sm) + router_norm_smem_offset(p));  // kNorm: [hidden / 8]
-  const int64_t chunks = hidden / 8;
-  if constexpr (kNorm) {
-    static_assert(kRouteThreads == kNormThreads, "the norm's block_sum order is that of a kNormThreads block");
-    float v[kNormChunks][8];
-#pragma unroll
-    for (int c = 0; c < kNormChunks; ++c) {
-      const int64_t k = threadIdx.x + c * int64_t(blockDim.x);
-      if (k < chunks)
-        unpack_bf16x8(residual_add_bf16x8(norm.h, norm.h_vec, norm.y, norm.ye, norm.y_vec, size_t(t) * chunks + k),
-                      v[c]);
-    }
-    rmsnorm_chunks_bf16(xs, v, chunks, hidden, norm.w, norm.we, norm.eps);
-    __syncthreads();  // xs complete, and block_sum's scratch free again
-    x = xs, xe = Elem::BF16, xrow = 0;
-  }
+  const size_t xrow = size_t(t) * size_t(hidden), wrow = size_t(e) * size_t(hidden);
   float acc = 0.f;
   if (vec) {  // hidden a multiple of 4, w rows 16-byte (f32) or 8-byte (bf16) aligned: all loads issued first
     const void* wr = static_cast<const char*>(w) + wrow * (kWBf16 ? 2 : 4);
@@ -215,13 +189,6 @@ __global__ void __launch_bounds__(kRouteThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if constexpr (kNorm) {  // every block of token t has read h[t]: its sum and norm go out
-    for (int64_t k = threadIdx.x; k < chunks; k += blockDim.x) {
-      const size_t at8 = size_t(t) * chunks + k;
-      store_bf16x8(norm.h, norm.h_vec, at8, residual_add_bf16x8(norm.h, norm.h_vec, norm.y, norm.ye, norm.y_vec, at8));
-      static_cast<uint4*>(norm.x)[at8] = xs[k];
-    }
-  }
   // The token's logits into shared memory past the routing's arrays (volatile: past the L1).
   float* l = reinterpret_cast<float*>(reinterpret_cast<char*>(sm) + route_smem_bytes(p));
   const volatile float* src = logits + size_t(t) * p.E;
@@ -532,16 +499,13 @@ bool chunked(const void* p, Elem e, int64_t hidden) {
 }  // namespace
 
 void moe_router(const void* x, Elem xe, const void* w, Elem we, int64_t hidden, const MoeRouteParams& p,
-                unsigned* done, cudaStream_t s, const MoeRouterNorm* norm) {
+                unsigned* done, cudaStream_t s) {
   if (p.T == 0) return;
   const bool vec = chunked(w, we, hidden);
-  const size_t smem = norm ? router_norm_smem_offset(p) + 2 * size_t(hidden) : route_smem_bytes(p) + sizeof(float) * size_t(p.E);
+  const size_t smem = route_smem_bytes(p) + sizeof(float) * size_t(p.E);
   const dim3 grid(unsigned(p.T), unsigned(p.E));
-  const MoeRouterNorm n = norm ? *norm : MoeRouterNorm{};
-  if (norm) x = n.x, xe = Elem::BF16;
-  auto go = [&](auto kernel) { launch(kernel, grid, kRouteThreads, smem, s, x, xe, w, int(hidden), vec, p, done, n); };
-  if (we == Elem::BF16) norm ? go(moe_router_k<true, true>) : go(moe_router_k<true, false>);
-  else norm ? go(moe_router_k<false, true>) : go(moe_router_k<false, false>);
+  if (we == Elem::BF16) launch(moe_router_k<true>, grid, kRouteThreads, smem, s, x, xe, w, int(hidden), vec, p, done);
+  else launch(moe_router_k<false>, grid, kRouteThreads, smem, s, x, xe, w, int(hidden), vec, p, done);
 }
 
 bool moe_logits_fits(const void* x, Elem xe, const void* w, Elem we, int64_t hidden) {

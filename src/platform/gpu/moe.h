@@ -29,24 +29,8 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s);
 // the same bits) and moe_route's choice from them, in one launch. done[T]: zero counters, zero again
 // when the launch ends. For decode-sized T (kMoeRouterTokens at most).
 constexpr int64_t kMoeRouterTokens = 64;
-// The residual add and RMSNorm that make the router's input, fused ahead of it (gpu::add_rmsnorm's
-// bits: h[t] += y[t], x[t] = RMSNorm(h[t]) · w): bf16 h and x rows of `hidden` values that
-// norm_rows_vectorized takes. Each block normalizes its token's row into shared memory; the block
-// that routes the token writes h[t] and x[t] (every block of the token has read h by then).
-struct MoeRouterNorm {
-  void* h = nullptr;  // [T, hidden] bf16, in place
-  bool h_vec = false;
-  const void* y = nullptr;  // [T, hidden] of ye
-  Elem ye = Elem::BF16;
-  bool y_vec = false;
-  void* x = nullptr;        // [T, hidden] bf16, the router's input (written)
-  const void* w = nullptr;  // [hidden] of we
-  Elem we = Elem::BF16;
-  float eps = 0;
-};
-// norm: null, or the fused add and norm (x is then norm->x).
 void moe_router(const void* x, Elem xe, const void* w, Elem we, int64_t hidden, const MoeRouteParams& p,
-                unsigned* done, cudaStream_t s, const MoeRouterNorm* norm = nullptr);
+                unsigned* done, cudaStream_t s);
 // The router's logits alone ([T, E] = x · wᵀ), each with moe_router's bits, for batches past
 // kMoeRouterTokens: x and w bf16 or f32 rows of hidden % 4 == 0 values, aligned to 4 of them
 // (moe_logits_fits). GpuOps uses it up to kMoeLogitsTokens (decode batches); past that the weights,

@@ -91,33 +91,6 @@ __device__ __forceinline__ void rmsnorm_chunks_bf16(uint4* x, float (&v)[kNormCh
   }
 }
 
-// Chunk at8 (8 values) of the residual add h + y, rounded to bf16 as add_rmsnorm stores h: h bf16,
-// y of ye; h_vec / y_vec: 16-byte loads, else element by element.
-__device__ __forceinline__ uint4 residual_add_bf16x8(const void* h, bool h_vec, const void* y, Elem ye, bool y_vec,
-                                                     size_t at8) {
-  float a[8], b[8];
-  const size_t at = at8 * 8;
-  if (h_vec) unpack_bf16x8(static_cast<const uint4*>(h)[at8], a);
-  else
-    for (int j = 0; j < 8; ++j) a[j] = load_elem(h, Elem::BF16, at + j);
-  if (y_vec) unpack_bf16x8(static_cast<const uint4*>(y)[at8], b);
-  else
-    for (int j = 0; j < 8; ++j) b[j] = load_elem(y, ye, at + j);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) a[j] += b[j];
-  return pack_bf16x8(a);
-}
-// Chunk at8 of a bf16 row stored: one 16-byte store (vec) or element by element (the same bits).
-__device__ __forceinline__ void store_bf16x8(void* p, bool vec, size_t at8, uint4 v) {
-  if (vec) {
-    static_cast<uint4*>(p)[at8] = v;
-    return;
-  }
-  float f[8];
-  unpack_bf16x8(v, f);
-  for (int j = 0; j < 8; ++j) store_elem(p, Elem::BF16, at8 * 8 + j, f[j]);
-}
-
 // A row's RMSNorm as gpu::rmsnorm and gpu::add_rmsnorm run it (`vec`: norm_rows_vectorized said
 // yes for the tensor): kernels that fuse a norm call this to keep those bits.
 __device__ __forceinline__ void rmsnorm_row_as_launched(void* x, Elem e, size_t row, int64_t n, const void* w, Elem we,
