@@ -284,6 +284,14 @@ class Ops {
   // fuse them; q's own rope columns are then left as they were).
   virtual void absorb_q_rope(Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr,
                              const std::vector<int32_t>& positions, const RopeFrequencies& f, Tensor& q_mla);
+  // Whether the MLA prepare should leave q's RoPE to absorb_q_rope (true where that is one launch
+  // for `tokens` tokens with these weights, w_kc[H, dn, kv_lora_rank], and frequencies) rather than
+  // to finish_latent beside the latent rows' (where the rope would be a launch of its own). Either
+  // answer gives the same bits.
+  virtual bool absorb_q_rope_fused(int64_t tokens, const Tensor& w_kc, int64_t dr, const RopeFrequencies& f) const {
+    (void)tokens, (void)w_kc, (void)dr, (void)f;
+    return false;
+  }
   // o_lat[T, H, kv_lora_rank] · w_vc[h]ᵀ → o[T, H, dv];  w_vc[H, dv, kv_lora_rank]
   virtual void absorb_o(const Tensor& o_lat, const Tensor& w_vc, Tensor& o) = 0;
   // Absorbed attention of q[T, H, row_dim] against latent rows of the pool: keys of request r

@@ -51,6 +51,12 @@ void prepare_absorbed(MethodContext& c) {
   Ops& ops = c.ops;
   const int64_t T = c.plan.num_tokens, H = cfg.num_attention_heads;
   c.q_mla = ops.empty(ops.act_dtype(), {T, H, cfg.kv_row_dim()});  // [T, H, 576]
+  if (!ops.absorb_q_rope_fused(T, c.w.w_kc, cfg.qk_rope_head_dim, c.rope)) {
+    // q's RoPE would be a launch of its own: it goes with the latent rows' in finish_latent.
+    prepare_latent(c);
+    ops.absorb_q(c.q, c.w.w_kc, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, c.q_mla);
+    return;
+  }
   // The latent rows finished and cached in the side lane (their norm, RoPE and cache write need
   // nothing of q's); q's RoPE goes with the absorb (Ops::absorb_q_rope). The two lanes write
   // disjoint tensors, so the bits are those of prepare_latent then absorb_q.

@@ -580,6 +580,9 @@ class CpuOps final : public Ops {
     }
   }
 
+  // No launches here: either prepare costs the same, and this one is the path a CUDA decode takes,
+  // so the CPU's tests run it.
+  bool absorb_q_rope_fused(int64_t, const Tensor&, int64_t, const RopeFrequencies&) const override { return true; }
   void absorb_q(const Tensor& q, const Tensor& w_kc, int64_t dn, int64_t dr, Tensor& q_mla) override {
     const int64_t H = w_kc.dim(0), L = w_kc.dim(2), T = q.numel() / (H * (dn + dr));
     expect(w_kc.dim(1) == dn && q.numel() == T * H * (dn + dr) && q_mla.numel() == T * H * (L + dr),

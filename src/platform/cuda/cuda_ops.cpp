@@ -140,12 +140,18 @@ class CudaOps final : public GpuOps {
                int64_t(positions.size()) == T,
            "absorb_q_rope", "shape");
     if (T == 0) return;
-    if (q.dtype() == DType::BF16 && w_kc.dtype() == DType::BF16 && q_mla.dtype() == DType::BF16 &&
-        2 * int64_t(f.inv_freq.size()) == dr && absorb_q_fast_supports(T, dn, dr, L, q.data(), w_kc.data(), q_mla.data())) {
+    if (q.dtype() == DType::BF16 && q_mla.dtype() == DType::BF16 && absorb_q_rope_fused(T, w_kc, dr, f) &&
+        absorb_q_fast_supports(T, dn, dr, L, q.data(), w_kc.data(), q_mla.data())) {
       const AbsorbRope rope{ints(positions, 0), doubles(f.inv_freq), f.attention_factor, f.interleave};
       return absorb_q_fast(q.data(), w_kc.data(), T, H, dn, dr, L, q_mla.data(), &rope, stream());
     }
     Ops::absorb_q_rope(q, w_kc, dn, dr, positions, f, q_mla);
+  }
+  // Fresh tensors are 16-byte aligned: absorb_q_fast_supports' pointer checks then hold.
+  bool absorb_q_rope_fused(int64_t tokens, const Tensor& w_kc, int64_t dr, const RopeFrequencies& f) const override {
+    return act_dtype() == DType::BF16 && w_kc.dtype() == DType::BF16 && w_kc.rank() == 3 &&
+           2 * int64_t(f.inv_freq.size()) == dr &&
+           absorb_q_fast_supports(tokens, w_kc.dim(1), dr, w_kc.dim(2), w_kc.data(), w_kc.data(), w_kc.data());
   }
   // Per head: o[:, h, :] = o_lat[:, h, :] · w_vc[h]ᵀ
   void absorb_o(const Tensor& o_lat, const Tensor& w_vc, Tensor& o) override {
