@@ -1,7 +1,7 @@
 // MoE on every platform present: Ops::moe_route against the host route_tokens (forced ties, V2
 // greedy / group_limited_greedy, V3 noaux_tc with bias), Ops::moe_experts against a naive f64
 // loop, batch invariance on the GPUs (a token alone and inside T = 37 and T = 128 batches gives
-// bit-identical rows), an expert with no rows, T = 0 and bad input.
+// bit-identical rows), an expert with no rows, ids outside the experts, T = 0 and bad input.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -463,6 +463,42 @@ TEST_P(MoeExperts, ARowDoesNotDependOnTheBatch) {
           EXPECT_EQ(std::memcmp(a, static_cast<const char*>(huge.data()) + size_t(i * H) * es, size_t(H) * es), 0)
               << "inside the T = 512 batch, row " << i;
     }
+  }
+}
+
+// An expert id outside [0, E) (a NaN router row leaves −1) adds nothing on the GPUs, in a step of
+// one token as inside a batch: the token's row is that of its valid slots alone, bit for bit. The
+// CPU refuses such an id.
+TEST_P(MoeExperts, AnIdOutsideTheExpertsAddsNothingOnTheGpus) {
+  const Flavour f = GetParam();
+  MLA_OPS_OR_SKIP(ops, f);
+  const int64_t E = 4, I = 128, H = 256;
+  const Experts m = random_experts(E, I, H, f.act, 41);
+  const Tensor g = ops->upload(m.gate), u = ops->upload(m.up), d = ops->upload(m.down);
+  const Tensor xh = random_x(2, H, f.act, 42);  // token 0, then token 1
+  auto run = [&](int64_t T, const std::vector<int32_t>& ex, const std::vector<float>& w) {
+    const int64_t K = int64_t(ex.size()) / T;
+    Tensor x = Tensor::host(f.act, {T, H});
+    std::memcpy(x.data(), xh.data(), x.nbytes());
+    Tensor out = ops->empty(f.act, {T, H});
+    ops->moe_experts(ops->upload(x), ops->upload(host_i32(ex, {T, K})), ops->upload(host_f32(w, {T, K})), g, u, d,
+                     out);
+    return ops->download(out);
+  };
+  if (f.platform == Platform::CPU) {
+    EXPECT_THROW(run(1, {2, -1}, {0.5f, 0.25f}), Error);
+    return;
+  }
+  const size_t row = size_t(H) * dtype_size(f.act);
+  const Tensor valid = run(1, {2, 1}, {0.5f, 0.25f});  // slot 1 on a real expert
+  const Tensor want = run(1, {2}, {0.5f});             // slot 0 alone
+  EXPECT_NE(0, std::memcmp(valid.data(), want.data(), row)) << "expert 1's slot added nothing";
+  for (const int32_t bad : {-1, int32_t(E), 1000}) {
+    SCOPED_TRACE(fmt::format("id {}", bad));
+    const Tensor alone = run(1, {2, bad}, {0.5f, 0.25f});
+    EXPECT_EQ(0, std::memcmp(alone.data(), want.data(), row)) << "one token";
+    const Tensor batch = run(2, {2, bad, bad, 3}, {0.5f, 0.25f, 0.75f, 0.125f});
+    EXPECT_EQ(0, std::memcmp(batch.data(), want.data(), row)) << "token 0 in a batch of two";
   }
 }
 

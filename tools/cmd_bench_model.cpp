@@ -134,11 +134,13 @@ namespace {
 
 // One step's device activity: the kernels' span (first kernel's start to the last kernel's end),
 // the time inside it when no kernel runs (the union of the kernels' intervals, so side-lane
-// overlap counts once), the gaps between busy stretches, and the copies around the kernels.
+// overlap counts once), the gaps between busy stretches, the copies around the kernels, and every
+// kernel's place on the timeline (which lane waited for which).
 nlohmann::json activity_summary(const std::vector<DeviceSpan>& spans) {
   std::vector<std::pair<uint64_t, uint64_t>> k;  // kernels' [start, end), in start order
   int64_t copies = 0;
   std::map<std::string, std::pair<int64_t, double>> by_name;  // calls, µs
+  nlohmann::json timeline = nlohmann::json::array();
   for (const DeviceSpan& d : spans) {
     if (d.name == "memcpy" || d.name == "memset") {
       ++copies;
@@ -154,6 +156,9 @@ nlohmann::json activity_summary(const std::vector<DeviceSpan>& spans) {
     if (name.rfind("void ", 0) == 0) name = name.substr(5);
     auto& n = by_name[name];
     n.first += 1, n.second += double(d.end_ns - d.start_ns) / 1e3;
+    // [start µs from the step's first record, µs, stream, kernel]: the order and overlap of the lanes
+    timeline.push_back({double(d.start_ns - spans.front().start_ns) / 1e3, double(d.end_ns - d.start_ns) / 1e3,
+                        d.stream, name.substr(0, name.find('<'))});
   }
   nlohmann::json j{{"kernels", k.size()}, {"copies", copies}};
   if (k.empty()) return j;
@@ -181,6 +186,7 @@ nlohmann::json activity_summary(const std::vector<DeviceSpan>& spans) {
   j["gap_max_us"] = gaps.empty() ? 0.0 : gaps.back();
   j["gap_sum_ms"] = gap_sum / 1e3;
   j["heaviest"] = heavy;
+  j["timeline"] = timeline;
   return j;
 }
 
