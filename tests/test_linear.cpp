@@ -1,7 +1,8 @@
 // Ops::linear on every platform against a double reference: a few rows (decode) and many; bf16 and
 // f32 weights (the router's, with bf16 activations: mixed dtypes), N and K that are not multiples
-// of 8, 16 or 64. Ops::absorb_q (a GEMM per head) at the models' head shapes likewise, with each
-// row's bits the same alone and in a batch.
+// of 8, 16 or 64; up to 16 rows in bf16 with each row's bits the same alone and in the batch.
+// Ops::absorb_q (a GEMM per head) at the models' head shapes likewise, with each row's bits the
+// same alone and in a batch.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -27,6 +28,19 @@ std::vector<Platform> platforms() { return test::available_platforms(); }
 // value).
 double tolerance(DType out) { return out == DType::F32 ? 1e-5 : 1e-2; }
 
+// Largest |y − x · wᵀ| over the largest |x · wᵀ| (in double), x [M, K], w [N, K], y [M, N].
+double linear_error(const std::vector<double>& xd, const std::vector<double>& wd, const std::vector<double>& got,
+                    int64_t M, int64_t N, int64_t K) {
+  double err = 0, scale = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0;
+      for (int64_t k = 0; k < K; ++k) want += xd[size_t(m * K + k)] * wd[size_t(n * K + k)];
+      err = std::max(err, std::abs(got[size_t(m * N + n)] - want)), scale = std::max(scale, std::abs(want));
+    }
+  return err / scale;
+}
+
 TEST(Linear, FewAndManyRowsMatchTheReference) {
   double worst[2] = {0, 0};  // bf16 out, f32 out
   // (activations, weights, out): the layers' own; f32 weights with f32 out, as the router; bf16
@@ -47,21 +61,50 @@ TEST(Linear, FewAndManyRowsMatchTheReference) {
           Tensor x = ops->empty(act, {M, K}), y = ops->empty(yt, {M, N});
           ops->fill_random(x, 12, 1.0);
           ops->linear(x, w, y);
-          const std::vector<double> xd = ops->download(x).to_doubles();
-          const std::vector<double> got = ops->download(y).to_doubles();
-          double err = 0, scale = 0;
-          for (int64_t m = 0; m < M; ++m)
-            for (int64_t n = 0; n < N; ++n) {
-              double want = 0;
-              for (int64_t k = 0; k < K; ++k) want += xd[size_t(m * K + k)] * wd[size_t(n * K + k)];
-              err = std::max(err, std::abs(got[size_t(m * N + n)] - want)), scale = std::max(scale, std::abs(want));
-            }
-          EXPECT_LE(err / scale, tolerance(yt));
-          worst[yt == DType::F32] = std::max(worst[yt == DType::F32], err / scale);
+          const double e =
+              linear_error(ops->download(x).to_doubles(), wd, ops->download(y).to_doubles(), M, N, K);
+          EXPECT_LE(e, tolerance(yt));
+          worst[yt == DType::F32] = std::max(worst[yt == DType::F32], e);
         }
       }
     }
   std::cout << "[ linear ] worst max err / max |out|: bf16 out " << worst[0] << ", f32 out " << worst[1] << "\n";
+}
+
+// Decode batches in bf16 at V2-Lite's projection shapes (q_proj, kv_a_proj_with_mqa, a shared
+// expert's down) and two small ones (a reduction that ends inside a 256-wide stage, N = 8): CUDA takes
+// its own kernel up to 16 rows (linear_small.cu). Every platform matches the reference; on the CPU
+// and CUDA each row has the same bits alone as inside the batch (ROCm's GEMM switches kernels at 8
+// rows). Measured on an H100: 3.1e-3 of the largest |out| (the output's bf16 rounding).
+TEST(Linear, UpToSixteenRowsARowKeepsItsBitsAlone) {
+  double worst = 0;
+  for (Platform p : platforms()) {
+    auto ops = make_ops(p, DType::BF16);
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{3072, 2048}, {576, 2048}, {2048, 2816}, {72, 192}, {8, 64}}) {
+      Tensor w = ops->empty(DType::BF16, {N, K});
+      ops->fill_random(w, 41, 1.0 / std::sqrt(double(K)));
+      const std::vector<double> wd = ops->download(w).to_doubles();
+      for (int64_t M : {1, 2, 7, 16}) {
+        SCOPED_TRACE(fmt::format("{} M {} N {} K {}", platform_name(p), M, N, K));
+        Tensor x = ops->empty(DType::BF16, {M, K}), y = ops->empty(DType::BF16, {M, N});
+        ops->fill_random(x, 42 + uint64_t(M), 1.0);
+        ops->linear(x, w, y);
+        const std::vector<double> got = ops->download(y).to_doubles();
+        const double e = linear_error(ops->download(x).to_doubles(), wd, got, M, N, K);
+        EXPECT_LE(e, tolerance(DType::BF16));
+        worst = std::max(worst, e);
+        if (p == Platform::ROCM || M == 1) continue;
+        for (int64_t m : {int64_t(0), M / 2, M - 1}) {
+          Tensor one = ops->empty(DType::BF16, {1, N});
+          ops->linear(x.rows(m, m + 1), w, one);
+          const std::vector<double> alone = ops->download(one).to_doubles();
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(alone[size_t(n)], got[size_t(m * N + n)]) << "row " << m << " alone, column " << n;
+        }
+      }
+    }
+  }
+  std::cout << "[ linear, up to 16 rows ] worst max err / max |out|: " << worst << "\n";
 }
 
 // q_mla[t, h] = [q_nope[t, h] · w_kc[h] | q_pe[t, h]] at DeepSeek's head shape (dn 128, dr 64, L 512;

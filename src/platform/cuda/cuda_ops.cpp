@@ -1,5 +1,6 @@
 // The CUDA platform's Ops: the shared GPU ops (platform/gpu) plus cuBLAS GEMMs (f32 with TF32 off,
-// or bf16 with f32 accumulation) and the tensor-core attention kernels (mha_prefill.cu,
+// or bf16 with f32 accumulation; our own for bf16 decode batches of up to 16 rows, linear_small.cu)
+// and the tensor-core attention kernels (mha_prefill.cu,
 // mla_decode.cu) for bf16 at the shapes they support; the general kernels otherwise, chosen by dtype
 // and shape alone.
 #include <cublas_v2.h>
@@ -9,6 +10,7 @@
 #include "platform/cuda/absorb.h"
 #include "platform/cuda/activity.h"
 #include "platform/cuda/cuda_check.h"
+#include "platform/cuda/linear_small.h"
 #include "platform/cuda/mha_prefill.h"
 #include "platform/cuda/mla_decode.h"
 #include "platform/cuda/moe_gemm.h"
@@ -109,6 +111,10 @@ class CudaOps final : public GpuOps {
     const Tensor xc = linear_input(x, w, y);
     if (!xc.defined()) return;
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
+    // Decode batches of up to 16 rows in bf16: our kernel (cuBLAS's put few blocks on the SMs).
+    if (xc.dtype() == DType::BF16 && w.dtype() == DType::BF16 && y.dtype() == DType::BF16 &&
+        linear_small_supports(M, N, K, xc.data(), w.data(), y.data()))
+      return linear_small(xc.data(), w.data(), y.data(), M, N, K, stream());
     const float one = 1.f, zero = 0.f;
     MLA_CUBLAS_CHECK(cublasGemmEx(blas(), CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &one, w.data(),
                                   blas_type(w.dtype()), int(K), xc.data(), blas_type(xc.dtype()), int(K), &zero,
