@@ -44,6 +44,8 @@ else echo "gpu_check: $BUILD/bin/test_rocm_gemm is missing"; rc=1; fi
 gtest test_step_plan "$BUILD/bin/test_step_plan"
 # MoE routing and experts on CUDA and on the ROCm kernels (rocm-on-cuda), batch invariance included.
 gtest test_moe "$BUILD/bin/test_moe" --gtest_filter='*cuda*:*rocm*'
+# The dense GEMMs (linear_small up to 16 rows, cuBLAS past it) and the absorb kernels, every platform.
+gtest test_linear "$BUILD/bin/test_linear"
 # NaN isolation and bad batches on every platform this GPU runs (CPU, CUDA, ROCm).
 gtest test_nan_isolation "$BUILD/bin/test_nan_isolation"
 gtest test_bad_batches "$BUILD/bin/test_bad_batches"
