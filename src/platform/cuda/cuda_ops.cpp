@@ -1,8 +1,7 @@
 // The CUDA platform's Ops: the shared GPU ops (platform/gpu) plus cuBLAS GEMMs (f32 with TF32 off,
 // or bf16 with f32 accumulation; our own for bf16 decode batches of up to 16 rows, linear_small.cu)
-// and the tensor-core attention kernels (mha_prefill.cu,
-// mla_decode.cu) for bf16 at the shapes they support; the general kernels otherwise, chosen by dtype
-// and shape alone.
+// and the tensor-core attention kernels (mha_prefill.cu, mla_decode.cu) for bf16 at the shapes they
+// support; the general kernels otherwise, chosen by dtype and shape alone.
 #include <cublas_v2.h>
 
 #include "mla/error.h"

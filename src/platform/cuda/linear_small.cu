@@ -14,6 +14,7 @@
 #include "platform/cuda/linear_small.h"
 #include "platform/cuda/sm90.cuh"
 #include "platform/gpu/gpu_check.h"
+#include "platform/gpu/gpu_runtime.h"
 #include "platform/gpu/launch.cuh"
 
 namespace mla::cuda {
@@ -110,13 +111,11 @@ __global__ void __launch_bounds__(kThreads) linear_small_k(const __nv_bfloat16* 
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 bool linear_small_supports(int64_t M, int64_t N, int64_t K, const void* x, const void* w, const void* y) {
   return M >= 1 && M <= kLinearSmallRows && K % 64 == 0 && K > 0 && N % kBN == 0 && N > 0 && N <= 16384 &&
-         aligned16(x) && aligned16(w) && (reinterpret_cast<uintptr_t>(y) & 1) == 0;
+         gpu::aligned16(x) && gpu::aligned16(w) && (reinterpret_cast<uintptr_t>(y) & 1) == 0;
 }
 
 void linear_small(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
