@@ -237,6 +237,9 @@ class Ops {
   virtual void copy(const Tensor& src, Tensor& dst) = 0;   // same element count, dtypes may differ
   // out[M, I] = silu(gate[M, I]) · up[M, I]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  // out[M, I] = silu(x · gateᵀ) · (x · upᵀ)   x[M, d], gate and up [I, d]: the MLP's first half, with
+  // the bits of linear(x, gate), linear(x, up) and silu_mul (what this default calls).
+  virtual void gate_up(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& out);
 
   // ---- MoE ----------------------------------------------------------------------------------
   // T tokens, E = n_routed_experts, K = num_experts_per_tok. Sizes stay on the platform: no host

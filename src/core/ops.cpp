@@ -77,6 +77,13 @@ void check_router_dtype(const Tensor& x, const Tensor& router) {
          dtype_name(x.dtype()));
 }
 
+void Ops::gate_up(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& out) {
+  Tensor u = empty(out.dtype(), out.shape());  // [M, I]
+  linear(x, gate, out);
+  linear(x, up, u);
+  silu_mul(out, u, out);
+}
+
 void Ops::moe_router(const Tensor& x, const Tensor& router, const Tensor& bias, const MoeRouting& r,
                      Tensor& router_logits, Tensor& expert, Tensor& weight) {
   check_router_dtype(x, router);

@@ -153,10 +153,8 @@ Model::Model(const ModelConfig& c, WeightSource& src, Ops& ops, Communicator* tp
 Tensor Model::mlp(const Mlp& m, const Tensor& x) {
   const int64_t n = x.dim(0), I = m.gate_proj.dim(0);
   const DType act = ops_.act_dtype();
-  Tensor gate = ops_.empty(act, {n, I}), up = ops_.empty(act, {n, I});  // [n, I]
-  ops_.linear(x, m.gate_proj, gate);
-  ops_.linear(x, m.up_proj, up);
-  ops_.silu_mul(gate, up, gate);
+  Tensor gate = ops_.empty(act, {n, I});  // [n, I]
+  ops_.gate_up(x, m.gate_proj, m.up_proj, gate);
   Tensor y = ops_.empty(act, {n, cfg_.hidden_size()});  // [n, hidden]
   ops_.linear(gate, m.down_proj, y);
   return y;

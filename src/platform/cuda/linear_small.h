@@ -18,5 +18,9 @@ bool linear_small_supports(int64_t M, int64_t N, int64_t K, const void* x, const
 // warps by 64-wide chunk, the warps' partials added in warp order), so a row has the same bits at
 // every M up to 16.
 void linear_small(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t s);
+// y = silu(x · gateᵀ) · (x · upᵀ), each product rounded to bf16 first: the bits of linear_small on
+// both weights and then silu_mul (gate and up [N, K] as linear_small_supports takes w).
+void linear_small_gated(const void* x, const void* gate, const void* up, void* y, int64_t M, int64_t N, int64_t K,
+                        cudaStream_t s);
 
 }  // namespace mla::cuda
