@@ -131,11 +131,7 @@ __global__ void __launch_bounds__(kThreads) linear_small_k(const __nv_bfloat16* 
       return v;
     };
     float v = sum(c);
-    if constexpr (kGated) {  // each product as bf16 stores it, then silu_mul's formula
-      const float a = __bfloat162float(__float2bfloat16_rn(v));
-      const float b = __bfloat162float(__float2bfloat16_rn(sum(kBN + c)));
-      v = a / (1.f + expf(-a)) * b;
-    }
+    if constexpr (kGated) v = silu_mul_bf16(v, sum(kBN + c));
     y[size_t(r) * N + n0 + c] = __float2bfloat16_rn(v);
   }
 }

@@ -27,13 +27,6 @@ namespace {
 using namespace sm90;
 using bf16 = __nv_bfloat16;
 
-// silu(g) · u of the two products as bf16 stores them (both bodies' gate/up epilogue).
-__device__ __forceinline__ float silu_mul(float g, float u) {
-  g = __bfloat162float(__float2bfloat16_rn(g));
-  u = __bfloat162float(__float2bfloat16_rn(u));
-  return g / (1.f + expf(-g)) * u;
-}
-
 constexpr int kBN = 64, kBK = 64, kThreads = 128;  // 4 warps × 16 columns
 
 // kSub: 64-wide reduction blocks a stage holds (each 128B-swizzled on its own), so a stage reads
@@ -143,8 +136,8 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_k(const __nv_bfloat16* a, i
       for (int nt = 0; nt < 2; ++nt) {
         float v0 = acc[0][m][nt][2 * half], v1 = acc[0][m][nt][2 * half + 1];
         if constexpr (kGated) {
-          v0 = silu_mul(v0, acc[kB - 1][m][nt][2 * half]);
-          v1 = silu_mul(v1, acc[kB - 1][m][nt][2 * half + 1]);
+          v0 = silu_mul_bf16(v0, acc[kB - 1][m][nt][2 * half]);
+          v1 = silu_mul_bf16(v1, acc[kB - 1][m][nt][2 * half + 1]);
         }
         const int col = n0 + warp * 16 + nt * 8 + 2 * (lane & 3);
         *reinterpret_cast<uint32_t*>(out + size_t(r0 + r) * N + col) = pack_bf16(v0, v1);
@@ -364,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
       auto value = [&](int i) {  // output i of this thread's fragment
-        if constexpr (kGated) return silu_mul(acc[0][i], acc[1][i]);
+        if constexpr (kGated) return silu_mul_bf16(acc[0][i], acc[1][i]);
         else return acc[0][i];
       };
       if (wg * 64 + 64 <= nrows) {
