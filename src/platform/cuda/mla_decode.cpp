@@ -91,6 +91,7 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
   // count, and so the grid, stays fixed while the lengths grow inside a bucket (step graphs).
   const int64_t longest = kv_bucket(std::max<int64_t>(sg.max_k_len, 0));
   const int nk = int(std::min<int64_t>((longest + kKeys - 1) / kKeys, INT32_MAX));
+  s.key_tiles = nk;
   const int64_t units = int64_t(sg.num_requests) * s.row_tiles;
   const bool fp8 = p.kv_elem == Elem::FP8_E4M3FN;
   const int num_sms = device_sms() * (s.narrow ? narrow_ctas_per_sm(s.tile_rows, fp8) : 1);  // CTA slots
@@ -128,6 +129,7 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   kp.causal = sg.causal ? 1 : 0;
   kp.splits = splits;
   kp.rows_total = int(rows_total);
+  kp.split_tiles = (s.key_tiles + splits - 1) / splits;
   // The pool scale applies to every row dtype.
   kp.scale_log2 = p.softmax_scale * p.kv_scale * 1.4426950408889634f;
   kp.out_scale = p.kv_scale;

@@ -43,6 +43,7 @@ struct MlaDecodeSchedule {
   int32_t tile_rows = 0;
   int32_t row_tiles = 0;  // 0: nothing to launch
   int32_t splits = 1;
+  int32_t key_tiles = 0;  // of the longest request, as kv_bucket() rounds it
 };
 MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& tuning = {});
 

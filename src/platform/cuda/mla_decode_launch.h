@@ -30,6 +30,7 @@ struct KParams {
   int causal;
   int splits;
   int rows_total;     // T·H
+  int split_tiles;    // key tiles a CTA takes at most (the longest request's over the splits)
   float scale_log2;   // softmax_scale (× kv_scale for fp8) × log2(e)
   float out_scale;    // kv_scale for fp8, else 1
   void* o;            // [T, H, 512]

@@ -66,6 +66,9 @@ constexpr int kBarP0 = 3;     // P0·α1 is in shared memory (WG0 → WG1)
 constexpr int kBarP1 = 4;     // P1 is in shared memory and WG1 issued its P0 product (WG1 → WG0)
 constexpr int kBarWiden = 5;  // fp8, 5 + warpgroup: its threads widened (or read) a chunk
 
+// The pair bodies' kAhead when the count of tiles ahead is known only at run time.
+constexpr int kAheadAny = -1;
+
 template <bool kFp8>
 struct Seesaw {
   const KParams& p;
@@ -259,10 +262,12 @@ struct Seesaw {
   }
 
   // One pair (t, t + 1) for warpgroup 0, S0 = S(t) in s. kAhead = how many of t + 1, t + 2, t + 3
-  // exist. Leaves S(t + 2) in s. Each reload is issued as soon as the half it overwrites is free.
+  // exist (kAheadAny: ahead_rt says, at run time). Leaves S(t + 2) in s. Each reload is issued as
+  // soon as the half it overwrites is free.
   template <int kAhead>
-  __device__ __forceinline__ void wg0_pair(int t, int phase_next, float (&o)[128], float (&s)[32],
+  __device__ __forceinline__ void wg0_pair(int t, int ahead_rt, int phase_next, float (&o)[128], float (&s)[32],
                                            float (&l)[2], const uint32_t (&q8)[4][4]) const {
+    auto AH = [&](int n) { return kAhead == kAheadAny ? ahead_rt >= n : kAhead >= n; };
     float mx[2], base[2], alpha[2], sum[2];
     uint32_t pb[4][4];
     tile_max(s, t, mx);
@@ -275,7 +280,7 @@ struct Seesaw {
     pv_regs(o, pb, 0, 0);  // O_L += P0 · V_t[:, :256]
     wgmma_wait<0>();
     reg_fence(o);
-    if constexpr (!kFp8 && kAhead >= 2) load<0, 4>(0, t + 2);  // buffer 0's low half is read by nobody now
+    if (!kFp8 && AH(2)) load<0, 4>(0, t + 2);  // buffer 0's low half is read by nobody now
     named_bar_sync(kBarA1, kThreads);
     float a1[2];
 #pragma unroll
@@ -285,17 +290,17 @@ struct Seesaw {
     named_bar_arrive(kBarP0, kThreads);
     // fp8: the reload goes out after P0 is handed over, so the slot reads and copies do not delay
     // WG1's P0 product, which waits behind this warpgroup's widening (bf16 measured +1 % this way).
-    if constexpr (kFp8 && kAhead >= 2) load<0, 4>(0, t + 2);
-    if constexpr (kAhead >= 1) {
+    if (kFp8 && AH(2)) load<0, 4>(0, t + 2);
+    if (AH(1)) {
       named_bar_sync(kBarP1, kThreads);
       scale_rows(o, a1);
 #pragma unroll
       for (int h = 0; h < 2; ++h) l[h] *= a1[h];
       pv_smem(o, sP1, 1, 0);  // O_L += P1 · V_{t+1}[:, :256]
     }
-    if constexpr (kAhead >= 2) {
+    if (AH(2)) {
       qk<0, 4, 0>(s, 0, phase_next, q8, true);
-      if constexpr (kAhead >= 3) {
+      if (AH(3)) {
         wgmma_wait<1>();  // the P1 product is done: buffer 1's low half is free
         load<0, 4>(1, t + 3);
       }
@@ -309,28 +314,32 @@ struct Seesaw {
   // One pair for warpgroup 1, S1 = S(t + 1) in s (when it exists). Leaves S(t + 3) in s. sA0 stays
   // valid after the α1 arrival: WG0 rewrites it only after this warpgroup's P1 arrival.
   template <int kAhead>
-  __device__ __forceinline__ void wg1_pair(int t, int phase_next, float (&o)[128], float (&s)[32],
+  __device__ __forceinline__ void wg1_pair(int t, int ahead_rt, int phase_next, float (&o)[128], float (&s)[32],
                                            float (&l)[2], const uint32_t (&q8)[4][4]) const {
+    auto AH = [&](int n) { return kAhead == kAheadAny ? ahead_rt >= n : kAhead >= n; };
     float mx[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], sum[2] = {0.f, 0.f};
     uint32_t pb[4][4];
-    if constexpr (kAhead >= 1) tile_max(s, t + 1, mx);
+    if (AH(1)) tile_max(s, t + 1, mx);
     named_bar_sync(kBarA0, kThreads);
     update_max(mx, sA1, base, alpha);
     named_bar_arrive(kBarA1, kThreads);  // WG0 needs only α1
     float f[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) f[h] = alpha[h] * ld_shared_f32(sA0 + rr[h] * 4);
-    if constexpr (kAhead >= 1) exponentiate(s, base, pb, sum);
+    // The run-time body exponentiates s whether or not tile t + 1 exists (the sums are dropped when
+    // it does not): no branch around the register-heavy softmax.
+    if (kAhead == kAheadAny || AH(1)) exponentiate(s, base, pb, sum);
+    if (!AH(1)) sum[0] = sum[1] = 0.f;
     scale_rows(o, f);
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * f[h] + sum[h];
-    if constexpr (kAhead >= 1) {
+    if (AH(1)) {
       const float one[2] = {1.f, 1.f};
       store_p(s, sP1, one);
       fence_proxy_async();
       pv_regs(o, pb, 1, 1);  // O_R += P1 · V_{t+1}[:, 256:]
     }
-    if constexpr (!kFp8 && kAhead >= 3) {
+    if (!kFp8 && AH(3)) {
       wgmma_wait<0>();  // the P1 product is done: buffer 1's high half is free
       load<4, 9>(1, t + 3);
     }
@@ -338,17 +347,17 @@ struct Seesaw {
     // warpgroup's reloads); the reloads follow as each product completes.
     named_bar_sync(kBarP0, kThreads);
     pv_smem(o, sP0, 0, 1);  // O_R += (P0·α1) · V_t[:, 256:]
-    if constexpr (kAhead >= 1) named_bar_arrive(kBarP1, kThreads);
-    if constexpr (kFp8 && kAhead >= 3) {
+    if (AH(1)) named_bar_arrive(kBarP1, kThreads);
+    if (kFp8 && AH(3)) {
       wgmma_wait<1>();  // the P1 product is done: buffer 1's high half is free
       reg_fence(pb);    // P1's A fragments stay untouched until then
       load<4, 9>(1, t + 3);
     }
-    if constexpr (kAhead >= 2) {
+    if (AH(2)) {
       wgmma_wait<0>();  // the P0 product is done: buffer 0's high half is free
       load<4, 9>(0, t + 2);
     }
-    if constexpr (kAhead >= 3) {
+    if (AH(3)) {
       qk<4, 9, 1>(s, 1, phase_next, q8, true);
       qk<0, 4, 1>(s, 1, phase_next, q8, false);
     }
@@ -388,7 +397,9 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
 }
 
 // grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA per SM.
-template <bool kFp8>
+// kGeneral: one pair body for every pair, which tiles exist decided at run time; else a body
+// specialized for each count of tiles ahead (fewer instructions a pair, four times the code).
+template <bool kFp8, bool kGeneral>
 __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -467,16 +478,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   // ---- the pairs of tiles
   for (int t = t_begin; t < t_end; t += 2) {
     const int ahead = t_end - 1 - t, phase_next = (((t - t_begin) >> 1) + 1) & 1;
-    if (wg == 0) {
-      if (ahead >= 3) ss.template wg0_pair<3>(t, phase_next, o, s, l, q8);
-      else if (ahead == 2) ss.template wg0_pair<2>(t, phase_next, o, s, l, q8);
-      else if (ahead == 1) ss.template wg0_pair<1>(t, phase_next, o, s, l, q8);
-      else ss.template wg0_pair<0>(t, phase_next, o, s, l, q8);
+    if constexpr (kGeneral) {
+      if (wg == 0) ss.template wg0_pair<kAheadAny>(t, ahead, phase_next, o, s, l, q8);
+      else ss.template wg1_pair<kAheadAny>(t, ahead, phase_next, o, s, l, q8);
+    } else if (wg == 0) {
+      if (ahead >= 3) ss.template wg0_pair<3>(t, 3, phase_next, o, s, l, q8);
+      else if (ahead == 2) ss.template wg0_pair<2>(t, 2, phase_next, o, s, l, q8);
+      else if (ahead == 1) ss.template wg0_pair<1>(t, 1, phase_next, o, s, l, q8);
+      else ss.template wg0_pair<0>(t, 0, phase_next, o, s, l, q8);
     } else {
-      if (ahead >= 3) ss.template wg1_pair<3>(t, phase_next, o, s, l, q8);
-      else if (ahead == 2) ss.template wg1_pair<2>(t, phase_next, o, s, l, q8);
-      else if (ahead == 1) ss.template wg1_pair<1>(t, phase_next, o, s, l, q8);
-      else ss.template wg1_pair<0>(t, phase_next, o, s, l, q8);
+      if (ahead >= 3) ss.template wg1_pair<3>(t, 3, phase_next, o, s, l, q8);
+      else if (ahead == 2) ss.template wg1_pair<2>(t, 2, phase_next, o, s, l, q8);
+      else if (ahead == 1) ss.template wg1_pair<1>(t, 1, phase_next, o, s, l, q8);
+      else ss.template wg1_pair<0>(t, 0, phase_next, o, s, l, q8);
     }
   }
 
@@ -502,13 +516,22 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
 }  // namespace
 
 void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8) {
-  static bool smem_set[2][64] = {};
+  // A CTA of few tiles runs each pair body about once and waits on its instructions: one run-time
+  // body (89 KB of code against 152) is faster for split CTAs of up to 16 tiles (h128 b1 s_k 16384,
+  // 4 tiles: -2.1 us; h128 b16 s_k 4096, 16 tiles: -1.5 us) and 1-5 % slower for more tiles or a
+  // whole request a CTA (bench/NOTES.md, "One pair body for split CTAs").
+  const bool general = kp.splits > 1 && kp.split_tiles <= 16;
+  static bool smem_set[4][64] = {};
+  auto go = [&](auto kernel, bool (&set)[64]) {
+    set_smem_limit_once(kernel, kSmemBytes, set);
+    gpu::launch(kernel, grid, kThreads, kSmemBytes, stream, kp);
+  };
   if (fp8) {
-    set_smem_limit_once(mla_seesaw_kernel<true>, kSmemBytes, smem_set[1]);
-    gpu::launch(mla_seesaw_kernel<true>, grid, kThreads, kSmemBytes, stream, kp);
+    if (general) go(mla_seesaw_kernel<true, true>, smem_set[3]);
+    else go(mla_seesaw_kernel<true, false>, smem_set[1]);
   } else {
-    set_smem_limit_once(mla_seesaw_kernel<false>, kSmemBytes, smem_set[0]);
-    gpu::launch(mla_seesaw_kernel<false>, grid, kThreads, kSmemBytes, stream, kp);
+    if (general) go(mla_seesaw_kernel<false, true>, smem_set[2]);
+    else go(mla_seesaw_kernel<false, false>, smem_set[0]);
   }
 }
 
