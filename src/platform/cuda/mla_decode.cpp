@@ -129,7 +129,6 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   kp.causal = sg.causal ? 1 : 0;
   kp.splits = splits;
   kp.rows_total = int(rows_total);
-  kp.split_tiles = (s.key_tiles + splits - 1) / splits;
   // The pool scale applies to every row dtype.
   kp.scale_log2 = p.softmax_scale * p.kv_scale * 1.4426950408889634f;
   kp.out_scale = p.kv_scale;
@@ -150,7 +149,7 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
                                   : (tuning.variant & 4)  ? WideProducts::kMmaSWgmmaPV
                                   : (tuning.variant & 16) ? WideProducts::kSplitS
                                                           : WideProducts::kWgmma;
-    launch_wide(kp, grid, p.stream, fp8, products);
+    launch_wide(kp, grid, p.stream, fp8, products, (s.key_tiles + splits - 1) / splits);
   }
   // The combine starts early (programmatic dependent launch) only with enough rows to spread over
   // the SMs: its CTAs start wherever SMs are free when the decode grid's last CTAs start, and a

@@ -30,7 +30,6 @@ struct KParams {
   int causal;
   int splits;
   int rows_total;     // T·H
-  int split_tiles;    // key tiles a CTA takes at most (the longest request's over the splits)
   float scale_log2;   // softmax_scale (× kv_scale for fp8) × log2(e)
   float out_scale;    // kv_scale for fp8, else 1
   void* o;            // [T, H, 512]
@@ -49,8 +48,11 @@ enum class WideProducts { kWgmma, kSplitS, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV 
 
 // grid (row tiles, splits, requests); each launcher sets its kernel's shared-memory limit once per
 // device.
-void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products);
-void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8);
+// split_tiles: the most key tiles a CTA takes (the longest request's over kp.splits); the see-saw
+// kernel's launch picks its pair bodies by it.
+void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
+                 int split_tiles);
+void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles);
 // tile_rows: 8, 16 or 32. The narrow kernel's raw fp8 form (mla_decode_narrow.cu): fp8 rows through
 // registers, Q·Kᵀ in e4m3, at ≤ 16 rows.
 constexpr bool narrow_raw_fp8(int tile_rows, bool fp8) { return fp8 && tile_rows <= 16; }

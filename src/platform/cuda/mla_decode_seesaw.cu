@@ -515,12 +515,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
 
 }  // namespace
 
-void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8) {
+void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles) {
   // A CTA of few tiles runs each pair body about once and waits on its instructions: one run-time
   // body (89 KB of code against 152) is faster for split CTAs of up to 16 tiles (h128 b1 s_k 16384,
   // 4 tiles: -2.1 us; h128 b16 s_k 4096, 16 tiles: -1.5 us) and 1-5 % slower for more tiles or a
   // whole request a CTA (bench/NOTES.md, "One pair body for split CTAs").
-  const bool general = kp.splits > 1 && kp.split_tiles <= 16;
+  const bool general = kp.splits > 1 && split_tiles <= 16;
   static bool smem_set[4][64] = {};
   auto go = [&](auto kernel, bool (&set)[64]) {
     set_smem_limit_once(kernel, kSmemBytes, set);

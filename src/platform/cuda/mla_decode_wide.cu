@@ -218,7 +218,8 @@ void launch(const KParams& kp, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products) {
+void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
+                 int split_tiles) {
   switch (products) {
     case WideProducts::kMmaSync:
       if (fp8) launch<false, false, true>(kp, grid, stream);
@@ -230,7 +231,7 @@ void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, Wi
     case WideProducts::kMmaSWgmmaPV:
       if (!fp8) return launch<false, true, false>(kp, grid, stream);
       break;
-    case WideProducts::kWgmma: return launch_seesaw(kp, grid, stream, fp8);
+    case WideProducts::kWgmma: return launch_seesaw(kp, grid, stream, fp8, split_tiles);
     case WideProducts::kSplitS: break;
   }
   if (fp8) launch<true, true, true>(kp, grid, stream);
