@@ -29,16 +29,6 @@ __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restric
   const int row = blockIdx.x, tid = threadIdx.x;
   const int col = (blockIdx.y * 128 + tid) * kVec;
   sm90::pdl_wait();  // launched early (launch_combine): the decode kernel's partials are complete
-  // Splits in groups of kGroup: the group's loads go out together (one dependent load per split is
-  // latency-bound at a few warps per SM), then they are added in split order, as one by one. The
-  // first group's loads go out before the weights, so they land while warp 0 computes them.
-  constexpr int kGroup = 32 / kVec;
-  const float* part = ws_o + size_t(row) * kDv + col;  // split s: + s · rows_total · kDv
-  const size_t stride = size_t(rows_total) * kDv;
-  Vec first[kGroup];
-#pragma unroll
-  for (int u = 0; u < kGroup; ++u)
-    if (u < splits) first[u] = __ldg(reinterpret_cast<const Vec*>(part + u * stride));
   if (tid < 32) {
     gpu::SoftmaxState st;
     for (int s = tid; s < splits; s += 32) st.m = fmaxf(st.m, ws_lse[size_t(s) * rows_total + row]);
@@ -58,6 +48,9 @@ __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restric
     if (tid == 0) s_lse = st.lse();
   }
   __syncthreads();
+  // Splits in groups of kGroup: the group's loads go out together (one dependent load per split is
+  // latency-bound at a few warps per SM), then they are added in split order, as one by one.
+  constexpr int kGroup = 32 / kVec;
   float acc[kVec] = {};
   auto add = [&](float wt, const Vec& v) {
     if (wt > 0.f) {  // a split with no keys adds nothing (its partial is never read into the sum)
@@ -66,10 +59,9 @@ __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restric
       for (int i = 0; i < kVec; ++i) acc[i] += wt * e[i];
     }
   };
-#pragma unroll
-  for (int u = 0; u < kGroup; ++u)
-    if (u < splits) add(w[u], first[u]);
-  int s = kGroup;
+  const float* part = ws_o + size_t(row) * kDv + col;  // split s: + s · rows_total · kDv
+  const size_t stride = size_t(rows_total) * kDv;
+  int s = 0;
   for (; s + kGroup <= splits; s += kGroup) {
     Vec v[kGroup];
 #pragma unroll

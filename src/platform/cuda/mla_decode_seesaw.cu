@@ -58,7 +58,6 @@ constexpr int kOffBar = kOffA1 + 256;           // mbarriers [2 buffers][9 chunk
 constexpr int kOffQScale = kOffBar + 18 * 8;    // fp8, f32 [64]: 2^-k of each Q row
 constexpr int kSmemBytes = kOffQScale + 64 * 4 + 1024;  // + slack to align the base to 1 KiB
 static_assert(kSmemBytes <= 227 * 1024, "the see-saw kernel's shared memory exceeds the H200's 227 KiB");
-static_assert(kOffK0 + kRows * kStageRowBytes <= kOffP0, "the staged partials fit the two KV buffers");
 
 // Named barriers (0 is __syncthreads): one warpgroup arrives, the other waits.
 constexpr int kBarA0 = 1;     // α0 and the max after tile t are in shared memory (WG0 → WG1)
@@ -86,35 +85,14 @@ struct Seesaw {
   // fp8: raw chunk c [64 keys][64 bytes] in the top of its half's bf16 area.
   static constexpr uint32_t raw_offset(int c) { return c < 4 ? 16384 + 4096 * c : 53248 + 4096 * (c - 4); }
 
-  // The key of tile t this thread copies in pass h (bf16: 4 passes of 16 keys, 8 threads a key;
-  // fp8: 2 passes of 32 keys, 4 threads a key).
-  static constexpr int kPasses = kFp8 ? 2 : 4;
-  __device__ __forceinline__ int key_of(int t, int h) const {
-    return t * kKeys + (kFp8 ? (wt >> 2) + 32 * h : (wt >> 3) + 16 * h);
-  }
-  // This thread's slots of tile t (the gather's rows), read ahead of the copies that need them.
-  __device__ __forceinline__ void fetch_slots(int t, int (&sl)[4]) const {
-#pragma unroll
-    for (int h = 0; h < kPasses; ++h) sl[h] = key_of(t, h) < w.k_len ? __ldg(w.slots + key_of(t, h)) : 0;
-  }
-
   template <int C0, int C1>
   __device__ __forceinline__ void load(int buf, int t) const {
-    load<C0, C1>(buf, t, [&](int kidx, int) { return __ldg(w.slots + kidx); });
-  }
-  template <int C0, int C1>
-  __device__ __forceinline__ void load(int buf, int t, const int (&sl)[4]) const {
-    load<C0, C1>(buf, t, [&](int, int h) { return sl[h]; });
-  }
-  // slot(key, pass): the key's slot.
-  template <int C0, int C1, typename Slot>
-  __device__ __forceinline__ void load(int buf, int t, Slot slot) const {
     if constexpr (kFp8) {  // 4 threads per key, 32 keys per pass
       const uint8_t* src[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int kidx = key_of(t, i);
-        src[i] = kidx < w.k_len ? p.kv + size_t(slot(kidx, i)) * kD + (wt & 3) * 16 : nullptr;
+        const int kidx = t * kKeys + (wt >> 2) + 32 * i;
+        src[i] = kidx < w.k_len ? p.kv + size_t(__ldg(w.slots + kidx)) * kD + (wt & 3) * 16 : nullptr;
       }
 #pragma unroll
       for (int c = C0; c < C1; ++c) {
@@ -130,8 +108,8 @@ struct Seesaw {
     const uint8_t* src[4];
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
-      const int kidx = key_of(t, h);
-      src[h] = kidx < w.k_len ? p.kv + size_t(slot(kidx, h)) * (kD * 2) + sub * 16 : nullptr;
+      const int kidx = t * kKeys + (wt >> 3) + 16 * h;
+      src[h] = kidx < w.k_len ? p.kv + size_t(__ldg(w.slots + kidx)) * (kD * 2) + sub * 16 : nullptr;
     }
 #pragma unroll
     for (int c = C0; c < C1; ++c) {
@@ -141,14 +119,6 @@ struct Seesaw {
                  src[h] != nullptr);
       cp_async_mbar_arrive(barrier(buf, c));
     }
-  }
-
-  // A pair body's reload of tile t: the run-time body (kAheadAny) uses the slots it read at its
-  // start, so the gather does not wait on them in the middle of the pair.
-  template <int C0, int C1, int kAhead>
-  __device__ __forceinline__ void reload(int buf, int t, const int (&sl)[4]) const {
-    if constexpr (kAhead == kAheadAny) load<C0, C1>(buf, t, sl);
-    else load<C0, C1>(buf, t);
   }
 
   // s (+)= Q[:, chunks C0..C1) · K[:, same]ᵀ from buffer buf, each chunk once it has landed; one
@@ -298,11 +268,6 @@ struct Seesaw {
   __device__ __forceinline__ void wg0_pair(int t, int ahead_rt, int phase_next, float (&o)[128], float (&s)[32],
                                            float (&l)[2], const uint32_t (&q8)[4][4]) const {
     auto AH = [&](int n) { return kAhead == kAheadAny ? ahead_rt >= n : kAhead >= n; };
-    int sl2[4] = {}, sl3[4] = {};  // kAheadAny: the slots of tiles t + 2 and t + 3
-    if constexpr (kAhead == kAheadAny) {
-      if (AH(2)) fetch_slots(t + 2, sl2);
-      if (AH(3)) fetch_slots(t + 3, sl3);
-    }
     float mx[2], base[2], alpha[2], sum[2];
     uint32_t pb[4][4];
     tile_max(s, t, mx);
@@ -315,7 +280,7 @@ struct Seesaw {
     pv_regs(o, pb, 0, 0);  // O_L += P0 · V_t[:, :256]
     wgmma_wait<0>();
     reg_fence(o);
-    if (!kFp8 && AH(2)) reload<0, 4, kAhead>(0, t + 2, sl2);  // buffer 0's low half is read by nobody now
+    if (!kFp8 && AH(2)) load<0, 4>(0, t + 2);  // buffer 0's low half is read by nobody now
     named_bar_sync(kBarA1, kThreads);
     float a1[2];
 #pragma unroll
@@ -325,7 +290,7 @@ struct Seesaw {
     named_bar_arrive(kBarP0, kThreads);
     // fp8: the reload goes out after P0 is handed over, so the slot reads and copies do not delay
     // WG1's P0 product, which waits behind this warpgroup's widening (bf16 measured +1 % this way).
-    if (kFp8 && AH(2)) reload<0, 4, kAhead>(0, t + 2, sl2);
+    if (kFp8 && AH(2)) load<0, 4>(0, t + 2);
     if (AH(1)) {
       named_bar_sync(kBarP1, kThreads);
       scale_rows(o, a1);
@@ -337,7 +302,7 @@ struct Seesaw {
       qk<0, 4, 0>(s, 0, phase_next, q8, true);
       if (AH(3)) {
         wgmma_wait<1>();  // the P1 product is done: buffer 1's low half is free
-        reload<0, 4, kAhead>(1, t + 3, sl3);
+        load<0, 4>(1, t + 3);
       }
       qk<4, 9, 0>(s, 0, phase_next, q8, false);
     }
@@ -352,11 +317,6 @@ struct Seesaw {
   __device__ __forceinline__ void wg1_pair(int t, int ahead_rt, int phase_next, float (&o)[128], float (&s)[32],
                                            float (&l)[2], const uint32_t (&q8)[4][4]) const {
     auto AH = [&](int n) { return kAhead == kAheadAny ? ahead_rt >= n : kAhead >= n; };
-    int sl2[4] = {}, sl3[4] = {};  // kAheadAny: the slots of tiles t + 2 and t + 3
-    if constexpr (kAhead == kAheadAny) {
-      if (AH(2)) fetch_slots(t + 2, sl2);
-      if (AH(3)) fetch_slots(t + 3, sl3);
-    }
     float mx[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], sum[2] = {0.f, 0.f};
     uint32_t pb[4][4];
     if (AH(1)) tile_max(s, t + 1, mx);
@@ -381,7 +341,7 @@ struct Seesaw {
     }
     if (!kFp8 && AH(3)) {
       wgmma_wait<0>();  // the P1 product is done: buffer 1's high half is free
-      reload<4, 9, kAhead>(1, t + 3, sl3);
+      load<4, 9>(1, t + 3);
     }
     // fp8: the P0 product queues behind the P1 product (the tensor cores do not wait for this
     // warpgroup's reloads); the reloads follow as each product completes.
@@ -391,11 +351,11 @@ struct Seesaw {
     if (kFp8 && AH(3)) {
       wgmma_wait<1>();  // the P1 product is done: buffer 1's high half is free
       reg_fence(pb);    // P1's A fragments stay untouched until then
-      reload<4, 9, kAhead>(1, t + 3, sl3);
+      load<4, 9>(1, t + 3);
     }
     if (AH(2)) {
       wgmma_wait<0>();  // the P0 product is done: buffer 0's high half is free
-      reload<4, 9, kAhead>(0, t + 2, sl2);
+      load<4, 9>(0, t + 2);
     }
     if (AH(3)) {
       qk<4, 9, 1>(s, 1, phase_next, q8, true);
@@ -465,11 +425,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   const int t_begin = cw.t_begin, t_end = cw.t_end;
 
   // ---- prologue: barriers, the running max, Q, the first two tiles; Q's RoPE columns → registers
-  int sl0[4] = {}, sl1[4] = {};  // kGeneral: the first two tiles' slots, read before Q's copies
-  if constexpr (kGeneral) {
-    if (t_begin < t_end) ss.fetch_slots(t_begin, sl0);
-    if (t_begin + 1 < t_end) ss.fetch_slots(t_begin + 1, sl1);
-  }
   if (tid == 0) {
     for (int i = 0; i < 18; ++i) mbar_init(ss.bar + 8 * i, 128);
     fence_mbarrier_init();
@@ -479,13 +434,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   cp_async_commit();
   __syncthreads();  // barriers initialized
   if (t_begin < t_end) {
-    constexpr int kA = kGeneral ? kAheadAny : 0;
     if (wg == 0) {
-      ss.template reload<0, 4, kA>(0, t_begin, sl0);
-      if (t_begin + 1 < t_end) ss.template reload<0, 4, kA>(1, t_begin + 1, sl1);
+      ss.template load<0, 4>(0, t_begin);
+      if (t_begin + 1 < t_end) ss.template load<0, 4>(1, t_begin + 1);
     } else {
-      ss.template reload<4, 9, kA>(0, t_begin, sl0);
-      if (t_begin + 1 < t_end) ss.template reload<4, 9, kA>(1, t_begin + 1, sl1);
+      ss.template load<4, 9>(0, t_begin);
+      if (t_begin + 1 < t_end) ss.template load<4, 9>(1, t_begin + 1);
     }
   }
   cp_async_wait<0>();  // Q (the tiles' copies are in no commit group)
@@ -556,9 +510,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
     m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4) - (kFp8 ? float(kPScaleLog2) : 0.f);  // fp8: l is Σ P·2^15
     lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
   }
-  // The one body runs only split CTAs: their partials leave through shared memory and bulk copies.
-  if (kGeneral && p.splits > 1) store_partials_staged(p, cw, o, ss.rr, m, lt, wg, ss.lane, tid, ss.sK[0]);
-  else store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
+  store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
 }
 
 }  // namespace

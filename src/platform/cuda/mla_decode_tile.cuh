@@ -71,11 +71,6 @@ __device__ __forceinline__ void load_q_tile(const KParams& p, const CtaWork& w, 
 // accumulator layout (this thread: rows rr[h], columns 256·wg + 8j + 2(lane & 3) + {0, 1} in
 // o[4j + 2h + {0, 1}]). m: the row's running max (log2 units), l: its total sum over all keys. Writes
 // o · out_scale / l and the natural-log LSE, or the split's f32 partial and LSE to the workspace.
-// A row's output factor and natural-log LSE from its max m (log2 units) and sum l.
-__device__ __forceinline__ float row_out_factor(const KParams& p, float l) { return l > 0.f ? p.out_scale / l : 0.f; }
-__device__ __forceinline__ float row_lse(float m, float l) {
-  return l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
-}
 __device__ __forceinline__ void store_o_rows(const KParams& p, const CtaWork& w, const float (&o)[128],
                                              const int (&rr)[2], const float (&m)[2], const float (&l)[2],
                                              int wg, int lane) {
@@ -84,8 +79,8 @@ __device__ __forceinline__ void store_o_rows(const KParams& p, const CtaWork& w,
   for (int h = 0; h < 2; ++h) {
     const int prow = w.row0 + rr[h];
     if (prow >= w.rows) continue;
-    const float inv = row_out_factor(p, l[h]);
-    const float lse = row_lse(m[h], l[h]);
+    const float inv = l[h] > 0.f ? p.out_scale / l[h] : 0.f;
+    const float lse = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718055994531f : -INFINITY;
     const size_t grow = size_t(w.q_start) * p.H + prow;  // row of o [T·H, 512]
     const bool write_lse = wg == 0 && (lane & 3) == 0;
     if (p.splits == 1) {
@@ -112,38 +107,6 @@ __device__ __forceinline__ void store_o_rows(const KParams& p, const CtaWork& w,
             make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
       if (write_lse) p.ws_lse[prow_ws] = lse;
     }
-  }
-}
-
-// The 64-row kernels' split partials (p.splits > 1) through shared memory: this thread's pieces of
-// o · out_scale / l into `stage` as rows of 512 f32 (+ 32 bytes, so a quad's eight rows fall on
-// distinct banks: 133 120 bytes in all), then one 2 KB bulk copy a row into the workspace, where
-// the tile's rows follow each other. The element stores of store_o_rows queue 64 8-byte pieces a
-// thread at the kernel's end. Every thread of the CTA calls it (one CTA barrier inside).
-constexpr int kStageRowBytes = kDv * 4 + 32;
-__device__ __forceinline__ void store_partials_staged(const KParams& p, const CtaWork& w, const float (&o)[128],
-                                                      const int (&rr)[2], const float (&m)[2],
-                                                      const float (&l)[2], int wg, int lane, int tid,
-                                                      uint32_t stage) {
-  const int c0 = 256 * wg + 2 * (lane & 3);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float inv = row_out_factor(p, l[h]);
-    const uint32_t srow = stage + rr[h] * kStageRowBytes + c0 * 4;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) sm90::st_shared_f32x2(srow + 32 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    const int prow = w.row0 + rr[h];
-    if (prow < w.rows && wg == 0 && (lane & 3) == 0)
-      p.ws_lse[size_t(blockIdx.y) * p.rows_total + size_t(w.q_start) * p.H + prow] = row_lse(m[h], l[h]);
-  }
-  sm90::fence_proxy_async();
-  __syncthreads();
-  if (tid < kRows && w.row0 + tid < w.rows) {
-    const size_t grow = size_t(w.q_start) * p.H + w.row0 + tid;
-    sm90::bulk_store(p.ws_o + (size_t(blockIdx.y) * p.rows_total + grow) * kDv, stage + tid * kStageRowBytes,
-                     kDv * 4);
-    sm90::bulk_commit();
-    sm90::bulk_wait<0>();
   }
 }
 
