@@ -32,6 +32,9 @@
 #include <vector>
 
 #include "platform/cuda/mla_decode.h"
+#ifdef MLA_SEESAW_TRACE
+#include "platform/cuda/mla_decode_launch.h"
+#endif
 #include "platform/cuda/sm90.cuh"
 
 using namespace mla::cuda;
@@ -279,6 +282,10 @@ Errors compare(const Problem& pb, const std::vector<int>& reqs, const std::vecto
   return e;
 }
 
+// Two ints, zero between launches, in which a split see-saw grid merges its own partials
+// (MlaParams::grid_counters); every launch must leave them zero (checked after each test launch).
+int32_t* g_grid_counters = nullptr;
+
 MlaParams make_params(const Problem& pb, const void* q, const void* kv, const int32_t* slots,
                       const int32_t* seg, void* o, bool o_f32, float* lse, void* ws, size_t ws_bytes) {
   const int B = int(pb.q_len.size());
@@ -308,6 +315,7 @@ MlaParams make_params(const Problem& pb, const void* q, const void* kv, const in
   p.ws.ptr = ws;
   p.ws.bytes = ws_bytes;
   p.stream = nullptr;
+  p.grid_counters = g_grid_counters;
   return p;
 }
 
@@ -407,7 +415,12 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   // "wgmma": the production dispatch (narrow swap-AB kernel for ≤ 32 rows, else the 64-row see-saw
   // kernel); "wide": 64-row tiles forced; "splitS": the split-S 64-row kernel; "mma": its mma.sync
   // variant.
+  // "combine": the combine kernel where the see-saw grid would merge its split partials itself;
+  // its bits must equal the run before it (same kernel, same splits).
   std::vector<Variant> variants = {{"wgmma auto", false, 0, false, 0},
+                                   {"wgmma auto combine", false, 0, false, 64},
+                                   {"wgmma s=3", false, 3, false, 0},
+                                   {"wgmma s=3 combine", false, 3, false, 64},
                                    {"wgmma s=1", false, 1, false, 0},
                                    {"wgmma s=3 f32", false, 3, true, 0},
                                    {"wide auto", false, 0, false, 8},
@@ -415,6 +428,7 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
                                    {"splitS s=3 f32", false, 3, true, 8 | 16},
                                    {"mma auto", true, 0, false, 0},
                                    {"mma s=1 f32", true, 1, true, 0}};
+  std::vector<uint8_t> prev_bits;  // the run before's o and lse bytes (bf16 output)
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const Variant v = variants[vi];
     CK(cudaMemset(d_o, 0xff, rows * kDv * 4));  // poison: NaN in bf16 and f32
@@ -444,6 +458,24 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
       for (size_t i = 0; i < ob.size(); ++i) o[i] = bf2f(ob[i]);
     }
     CK(cudaMemcpy(lse.data(), d_lse, rows * 4, cudaMemcpyDeviceToHost));
+    int32_t counters[2];
+    CK(cudaMemcpy(counters, g_grid_counters, sizeof(counters), cudaMemcpyDeviceToHost));
+    if (counters[0] || counters[1]) {
+      say("  %-34s %-16s the grid counters were left at %d, %d (must be 0, 0)\n", name, v.name, counters[0],
+          counters[1]);
+      ++g_failures;
+      CK(cudaMemset(g_grid_counters, 0, sizeof(counters)));
+    }
+    if (!v.f32) {
+      std::vector<uint8_t> bits(rows * kDv * 2 + rows * 4);
+      CK(cudaMemcpy(bits.data(), d_o, rows * kDv * 2, cudaMemcpyDeviceToHost));
+      std::memcpy(bits.data() + rows * kDv * 2, lse.data(), rows * 4);
+      if (std::strstr(v.name, "combine") && bits != prev_bits) {
+        say("  %-34s %-16s output bits differ from the in-grid merge's (the run before)\n", name, v.name);
+        ++g_failures;
+      }
+      prev_bits = std::move(bits);
+    }
     const Errors e = compare(pb, all, o, lse, q8 ? o_ref8 : o_ref, q8 ? lse_ref8 : lse_ref);
     const bool ok = e.pass(1e-2, 1e-3);
     if (!ok && (v.variant & 7) == 0) ++g_failures;
@@ -708,6 +740,105 @@ struct BenchCase {
   int splits = 0;   // > 0: this KV split count, not the heuristic's
 };
 
+
+#ifdef MLA_SEESAW_TRACE
+// A trace build (-DMLA_SEESAW_TRACE): one queued call (after the L2 flush, as timed) of the row,
+// then where its see-saw CTAs spent their time: per point, the median and largest time since the
+// CTA's own start (clock64 at the SM's clock, and %globaltimer), the CTAs' start spread, the span.
+template <class F>
+void trace_row(const char* name, F&& launch) {
+  using namespace mla::cuda::mla_decode;
+  static void* flush = nullptr;
+  constexpr size_t kFlushBytes = size_t(256) << 20;
+  if (!flush) CK(cudaMalloc(&flush, kFlushBytes));
+  std::vector<unsigned long long> tr(size_t(kTraceCtas) * kTraceSlots);
+  int clock_khz = 0;
+  CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  std::vector<unsigned long long> ctr(size_t(kTraceCtas) * 3);
+  for (int rep = 0; rep < 2; ++rep) {
+    seesaw_trace_take(tr.data());  // clears
+    combine_trace_take(ctr.data());
+    cudaEvent_t ev0, ev1;
+    CK(cudaEventCreate(&ev0));
+    CK(cudaEventCreate(&ev1));
+    CK(cudaMemsetAsync(flush, 0, kFlushBytes));
+    CK(cudaEventRecord(ev0));
+    launch(0);
+    CK(cudaEventRecord(ev1));
+    CK(cudaEventSynchronize(ev1));
+    float ev_ms = 0;
+    CK(cudaEventElapsedTime(&ev_ms, ev0, ev1));
+    CK(cudaEventDestroy(ev0));
+    CK(cudaEventDestroy(ev1));
+    seesaw_trace_take(tr.data());
+    combine_trace_take(ctr.data());
+    struct Cta { unsigned long long g[2][kTracePoints], c[2][kTracePoints]; };
+    std::vector<Cta> ctas;
+    std::vector<int> sms;
+    for (int i = 0; i < kTraceCtas; ++i) {
+      const unsigned long long* r = &tr[size_t(i) * kTraceSlots];
+      if (!r[kTraceSlots - 1]) continue;
+      Cta c{};
+      for (int wg = 0; wg < 2; ++wg)
+        for (int pt = 0; pt < kTracePoints; ++pt) {
+          c.g[wg][pt] = r[2 * (wg * kTracePoints + pt)];
+          c.c[wg][pt] = r[2 * (wg * kTracePoints + pt) + 1];
+        }
+      ctas.push_back(c);
+      sms.push_back(int(r[kTraceSlots - 1]) - 1);
+    }
+    if (ctas.empty()) { say("  trace %s: no see-saw CTA recorded\n", name); return; }
+    unsigned long long g0 = ~0ull, g0max = 0, gend = 0;
+    for (const Cta& c : ctas) {
+      g0 = std::min(g0, c.g[0][kTraceEntry]);
+      g0max = std::max(g0max, c.g[0][kTraceEntry]);
+      gend = std::max({gend, c.g[0][kTraceEnd], c.g[1][kTraceEnd], c.g[0][kTraceMerged]});
+    }
+    std::sort(sms.begin(), sms.end());
+    const int distinct = int(std::unique(sms.begin(), sms.end()) - sms.begin());
+    say("  trace %s (round %d): %zu CTAs on %d SMs, starts spread %.2f us, span %.2f us (globaltimer); "
+        "since the CTA's start, median / max, us (clock64 at %.0f MHz | globaltimer):\n",
+        name, rep, ctas.size(), distinct, (g0max - g0) * 1e-3, (gend - g0) * 1e-3, clock_khz * 1e-3);
+    {  // the combine's CTAs against the see-saw grid's first start (globaltimer)
+      std::vector<double> st, wt, en;
+      for (int i = 0; i < kTraceCtas; ++i)
+        if (ctr[3 * i + 2]) {
+          st.push_back((double(ctr[3 * i]) - double(g0)) * 1e-3);
+          wt.push_back((double(ctr[3 * i + 1]) - double(g0)) * 1e-3);
+          en.push_back((double(ctr[3 * i + 2]) - double(g0)) * 1e-3);
+        }
+      std::sort(st.begin(), st.end());
+      std::sort(wt.begin(), wt.end());
+      std::sort(en.begin(), en.end());
+      if (!st.empty())
+        say("    combine: %zu CTAs; start %.2f .. %.2f, past its wait %.2f .. %.2f, end %.2f .. %.2f (median %.2f) us "
+            "after the first see-saw start; the call's events %.2f us\n",
+            st.size(), st.front(), st.back(), wt.front(), wt.back(), en.front(), en.back(), en[en.size() / 2],
+            ev_ms * 1e3);
+      else say("    combine: none recorded; the call's events %.2f us\n", ev_ms * 1e3);
+    }
+    static const char* names[kTracePoints] = {"entry", "work", "Q + first copies issued", "first S",
+                                              "pair 0", "pair 1", "pair 2", "pair 3", "pair 4", "pair 5",
+                                              "pair 6", "pair 7", "before store", "stored",
+                                              "grid arrived", "merged"};
+    for (int pt = 1; pt < kTracePoints; ++pt)
+      for (int wg = 0; wg < 2; ++wg) {
+        std::vector<double> dc, dg;
+        for (const Cta& c : ctas)
+          if (c.c[wg][pt]) {
+            dc.push_back(double(c.c[wg][pt] - c.c[wg][kTraceEntry]) / (clock_khz * 1e-3));
+            dg.push_back(double(c.g[wg][pt] - c.g[wg][kTraceEntry]) * 1e-3);
+          }
+        if (dc.empty()) continue;
+        std::sort(dc.begin(), dc.end());
+        std::sort(dg.begin(), dg.end());
+        say("    wg%d %-24s %7.2f / %7.2f | %7.2f / %7.2f   (%zu CTAs)\n", wg, names[pt], dc[dc.size() / 2],
+            dc.back(), dg[dg.size() / 2], dg.back(), dc.size());
+      }
+  }
+}
+#endif
+
 void run_bench(const BenchCase& bc) {
   Problem pb;
   pb.H = bc.H;
@@ -774,6 +905,9 @@ void run_bench(const BenchCase& bc) {
   const float ms = queued_ms(launch, 3, 30);
   const float ms2 = queued_ms(launch, 1, 30);  // second measurement: spread
   const float ms_idle = median_ms(launch, 1, 30);
+#ifdef MLA_SEESAW_TRACE
+  trace_row(bc.name, launch);
+#endif
 
   // Check two requests of the last set launched against the CPU reference.
   {
@@ -871,6 +1005,10 @@ void run_benches() {
       {"h128 b1   sq1 sk16384 bf16 plain combine", 128, 1, 1, 16384, false, false, 32},
       {"h16  b1   sq1 sk16384 bf16 plain combine", 16, 1, 1, 16384, false, false, 32},
       {"h128 b16  sq1 sk4096 bf16 plain combine", 128, 16, 1, 4096, false, false, 32},
+      // the combine kernel where the see-saw grid would merge its split partials itself (bit 64)
+      {"h128 b1   sq1 sk16384 bf16 combine kernel", 128, 1, 1, 16384, false, false, 64},
+      {"h128 b16  sq1 sk4096 bf16 combine kernel", 128, 16, 1, 4096, false, false, 64},
+      {"h128 b1   sq1 sk4096 bf16 combine kernel", 128, 1, 1, 4096, false, false, 64},
       // the split count against the heuristic's, where splitting decides the time
       {"h128 b1   sq1 sk16384 bf16 s=24", 128, 1, 1, 16384, false, false, 0, 24},
       {"h128 b1   sq1 sk16384 bf16 s=16", 128, 1, 1, 16384, false, false, 0, 16},
@@ -929,6 +1067,8 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;
+  CK(cudaMalloc(&g_grid_counters, 2 * sizeof(int32_t)));
+  CK(cudaMemset(g_grid_counters, 0, 2 * sizeof(int32_t)));
   say("device: %s, %d SMs, L2 %d MB, smem/block optin %zu KB\n", prop.name, g_sms, prop.l2CacheSize >> 20,
       prop.sharedMemPerBlockOptin >> 10);
   if (test) run_tests();

@@ -223,6 +223,7 @@ class CudaOps final : public GpuOps {
     MlaParams p = mla_params(q, pool, layer, kv_slots, seg, L, scale, o, lse);
     if (p.q_elem == Elem::BF16 && mla_fast_supports(p)) {
       p.ws = workspace(mla_fast_workspace_bytes(p.seg.total_q, p.num_heads, num_sms()));
+      p.grid_counters = block_counters_[lane()].ptr<int32_t>();
       mla_attention_fast(p, schedule(p, seg));
     } else {
       mla_attention_generic(p);
@@ -260,7 +261,8 @@ class CudaOps final : public GpuOps {
   cublasHandle_t blas() const { return blas_[lane()]; }
   cublasHandle_t blas_[2] = {nullptr, nullptr};  // main, side
   Tensor blas_ws_[2];
-  Tensor block_counters_[2];  // [2] i32 per lane, zero between launches: MhaParams::sched
+  // [2] i32 per lane, zero between launches: MhaParams::sched, MlaParams::grid_counters.
+  Tensor block_counters_[2];
   struct {
     uint64_t step = 0;
     const AttnSegments* seg = nullptr;

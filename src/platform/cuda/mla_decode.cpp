@@ -141,6 +141,7 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   kp.v_sbo = (tuning.variant & 1) ? uint32_t(kChunkBytes) : 1024u;
 
   const dim3 grid(row_tiles, splits, sg.num_requests);
+  bool merged = false;
   if (narrow) {
     launch_narrow(kp, grid, p.stream, tile_rows, fp8);
   } else {
@@ -149,14 +150,16 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
                                   : (tuning.variant & 4)  ? WideProducts::kMmaSWgmmaPV
                                   : (tuning.variant & 16) ? WideProducts::kSplitS
                                                           : WideProducts::kWgmma;
-    launch_wide(kp, grid, p.stream, fp8, products, (s.key_tiles + splits - 1) / splits);
+    // Bit 6 (64) of the tuning: the combine kernel even where the grid could merge its partials.
+    merged = launch_wide(kp, grid, p.stream, fp8, products, (s.key_tiles + splits - 1) / splits,
+                         (tuning.variant & 64) ? nullptr : p.grid_counters);
   }
   // The combine starts early (programmatic dependent launch) only with enough rows to spread over
   // the SMs: its CTAs start wherever SMs are free when the decode grid's last CTAs start, and a
   // grid of a few rows (h128 b1: 128) then runs on the few SMs the decode grid left idle, 10 µs
   // slower than launched plainly on the H200 (b16: 2048 rows, 2 µs faster).
   const bool early = (tuning.variant & 32) == 0 && rows_total >= 4 * int64_t(device_sms());
-  if (splits > 1) launch_combine(kp, p.stream, early);
+  if (splits > 1 && !merged) launch_combine(kp, p.stream, early);
   return splits;
 }
 

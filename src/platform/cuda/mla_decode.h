@@ -30,7 +30,8 @@ struct MlaDecodeTuning {
   int32_t force_splits = 0;   // > 0: this KV split count (clamped to the workspace); 0: heuristic
   bool use_mma_sync = false;  // the 64-row kernel with mma.sync (ldmatrix) products, not wgmma
   // Bit 3 (8): 64-row tiles even for ≤ 32 rows; bit 4 (16): the split-S 64-row kernel, not the
-  // see-saw one; bit 5 (32): the combine launched plainly, not early. Debugging aids (bf16 KV): bit 1 (2) wgmma for S only, bit 2 (4) for
+  // see-saw one; bit 5 (32): the combine launched plainly, not early; bit 6 (64): the combine kernel
+  // even where the see-saw grid would merge its split partials itself (MlaParams::grid_counters). Debugging aids (bf16 KV): bit 1 (2) wgmma for S only, bit 2 (4) for
   // P·V only (both split-S); bit 0 (1) swaps the V descriptor strides (a wrong layout).
   int32_t variant = 0;
 };

@@ -3,86 +3,67 @@
 // (gpu/softmax_state.cuh): o = Σ_s e^(lse_s − m) o_s / Σ_s e^(lse_s − m), lse = m + ln Σ.
 #include <cuda_bf16.h>
 
-#include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "platform/cuda/cuda_check.h"
 #include "platform/cuda/mla_decode_launch.h"
+#include "platform/cuda/mla_decode_merge.cuh"
 #include "platform/cuda/sm90_host.h"
 #include "platform/cuda/sm90.cuh"
-#include "platform/gpu/softmax_state.cuh"
 
 namespace mla::cuda::mla_decode {
 namespace {
 
+#ifdef MLA_SEESAW_TRACE
+// Measurement builds only: each CTA's first thread stamps %globaltimer at its start, after its
+// wait for the decode grid, and at its end (mla_decode_launch.h, combine_trace_take).
+__device__ unsigned long long g_ctrace[kTraceCtas][3];
+__device__ __forceinline__ void ctrace_mark(int point) {
+  const int cta = blockIdx.x + gridDim.x * blockIdx.y;
+  if (threadIdx.x != 0 || cta >= kTraceCtas) return;
+  unsigned long long gt;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));
+  g_ctrace[cta][point] = gt;
+}
+#define MLA_CTRACE(point) ctrace_mark(point)
+#else
+#define MLA_CTRACE(point) ((void)0)
+#endif
+
 // grid (T·H rows, 4 / kVec column slices), 128 threads: kVec columns each. Each column adds the
-// splits in split order whatever the slicing, so both slicings give the same bits.
+// splits in split order whatever the slicing (mla_decode_merge.cuh), so both slicings give the same bits.
 template <int kVec>
 __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restrict__ ws_o,
                                                           const float* __restrict__ ws_lse, int splits,
                                                           int rows_total, void* o, int o_f32, float* lse) {
-  static_assert(kVec == 2 || kVec == 4, "a thread takes 2 or 4 columns");
-  using Vec = std::conditional_t<kVec == 4, float4, float2>;
   __shared__ float w[kMaxSplits];
   __shared__ float s_lse;
   const int row = blockIdx.x, tid = threadIdx.x;
-  const int col = (blockIdx.y * 128 + tid) * kVec;
+  MLA_CTRACE(0);
   sm90::pdl_wait();  // launched early (launch_combine): the decode kernel's partials are complete
+  MLA_CTRACE(1);
   if (tid < 32) {
-    gpu::SoftmaxState st;
-    for (int s = tid; s < splits; s += 32) st.m = fmaxf(st.m, ws_lse[size_t(s) * rows_total + row]);
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) st.m = fmaxf(st.m, __shfl_xor_sync(0xffffffffu, st.m, d));
-    float sum = 0.f;
-    for (int s = tid; s < splits; s += 32) {
-      const float e = st.weight(ws_lse[size_t(s) * rows_total + row]);
-      w[s] = e;
-      sum += e;
-    }
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-    st.l = sum;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    for (int s = tid; s < splits; s += 32) w[s] *= inv;
-    if (tid == 0) s_lse = st.lse();
+    const float row_lse = split_weights<false>(ws_lse, splits, rows_total, row, w, tid);
+    if (tid == 0) s_lse = row_lse;
   }
   __syncthreads();
-  // Splits in groups of kGroup: the group's loads go out together (one dependent load per split is
-  // latency-bound at a few warps per SM), then they are added in split order, as one by one.
-  constexpr int kGroup = 32 / kVec;
-  float acc[kVec] = {};
-  auto add = [&](float wt, const Vec& v) {
-    if (wt > 0.f) {  // a split with no keys adds nothing (its partial is never read into the sum)
-      const float* e = reinterpret_cast<const float*>(&v);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] += wt * e[i];
-    }
-  };
-  const float* part = ws_o + size_t(row) * kDv + col;  // split s: + s · rows_total · kDv
-  const size_t stride = size_t(rows_total) * kDv;
-  int s = 0;
-  for (; s + kGroup <= splits; s += kGroup) {
-    Vec v[kGroup];
-#pragma unroll
-    for (int u = 0; u < kGroup; ++u) v[u] = __ldg(reinterpret_cast<const Vec*>(part + (s + u) * stride));
-#pragma unroll
-    for (int u = 0; u < kGroup; ++u) add(w[s + u], v[u]);
-  }
-  for (; s < splits; ++s) add(w[s], __ldg(reinterpret_cast<const Vec*>(part + s * stride)));
-  if (o_f32) {
-    float* dst = static_cast<float*>(o) + size_t(row) * kDv + col;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) dst[i] = acc[i];
-  } else {
-    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(o) + size_t(row) * kDv + col;
-#pragma unroll
-    for (int i = 0; i < kVec; i += 2) *reinterpret_cast<uint32_t*>(dst + i) = sm90::pack_bf16(acc[i], acc[i + 1]);
-  }
+  merge_columns<kVec, false>(ws_o, w, splits, rows_total, row, (blockIdx.y * 128 + tid) * kVec, o, o_f32);
   if (blockIdx.y == 0 && tid == 0 && lse) lse[row] = s_lse;
+  MLA_CTRACE(2);
 }
 
 }  // namespace
+
+#ifdef MLA_SEESAW_TRACE
+int combine_trace_take(unsigned long long* out) {
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
+  MLA_CUDA_CHECK(cudaMemcpyFromSymbol(out, g_ctrace, sizeof(g_ctrace)));
+  void* dev = nullptr;
+  MLA_CUDA_CHECK(cudaGetSymbolAddress(&dev, g_ctrace));
+  MLA_CUDA_CHECK(cudaMemset(dev, 0, sizeof(g_ctrace)));
+  return kTraceCtas;
+}
+#endif
 
 void launch_combine(const KParams& kp, cudaStream_t stream, bool early) {
   // early: programmatic dependent launch; the CTAs start while the decode kernel runs and wait

@@ -49,10 +49,28 @@ enum class WideProducts { kWgmma, kSplitS, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV 
 // grid (row tiles, splits, requests); each launcher sets its kernel's shared-memory limit once per
 // device.
 // split_tiles: the most key tiles a CTA takes (the longest request's over kp.splits); the see-saw
-// kernel's launch picks its pair bodies by it.
-void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
-                 int split_tiles);
-void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles);
+// kernel's launch picks its pair bodies by it. grid_counters: two ints, zero, that a split grid
+// the device holds at once may count in to merge its partials itself (it leaves them zero); null:
+// never. Returns true when the grid merged them (no combine to launch).
+bool launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
+                 int split_tiles, int* grid_counters);
+bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles,
+                   int* grid_counters);
+#ifdef MLA_SEESAW_TRACE
+// Measurement builds only: per CTA of the last see-saw launches, for each warpgroup and point, the
+// (%globaltimer ns, clock64) pair at slots 2·(wg·kTracePoints + point) and + 1; the CTA's SM + 1 in
+// the last slot (0: the CTA recorded nothing). Takes the records (copies them to out, a
+// kTraceCtas × kTraceSlots array) and clears them; returns kTraceCtas.
+enum TracePoint { kTraceEntry, kTraceWork, kTraceQ, kTraceFirstS, kTracePair0, kTraceStore = kTracePair0 + 8,
+                  kTraceEnd, kTraceArrived, kTraceMerged, kTracePoints };
+constexpr int kTracePairs = kTraceStore - kTracePair0;
+constexpr int kTraceCtas = 1024;
+constexpr int kTraceSlots = 4 * kTracePoints + 1;
+int seesaw_trace_take(unsigned long long* out);
+// The combine's CTAs of the last launches: %globaltimer at start, after the wait, at the end
+// (kTraceCtas × 3; 0: not recorded). Takes and clears them.
+int combine_trace_take(unsigned long long* out);
+#endif
 // tile_rows: 8, 16 or 32. The narrow kernel's raw fp8 form (mla_decode_narrow.cu): fp8 rows through
 // registers, Q·Kᵀ in e4m3, at ≤ 16 rows.
 constexpr bool narrow_raw_fp8(int tile_rows, bool fp8) { return fp8 && tile_rows <= 16; }

@@ -34,8 +34,13 @@
 #include <cstdint>
 
 #include "platform/cuda/mla_decode_launch.h"
+#ifdef MLA_SEESAW_TRACE
+#include "platform/cuda/cuda_check.h"
+#endif
 #include "platform/gpu/launch.cuh"
+#include "platform/cuda/mla_decode_merge.cuh"
 #include "platform/cuda/mla_decode_tile.cuh"
+#include "platform/cuda/sm90_host.h"
 #include "platform/cuda/sm90.cuh"
 
 namespace mla::cuda::mla_decode {
@@ -68,6 +73,30 @@ constexpr int kBarWiden = 5;  // fp8, 5 + warpgroup: its threads widened (or rea
 
 // The pair bodies' kAhead when the count of tiles ahead is known only at run time.
 constexpr int kAheadAny = -1;
+
+#ifdef MLA_SEESAW_TRACE
+// Measurement builds only (-DMLA_SEESAW_TRACE; bench/NOTES.md, "Where a split CTA's time goes"):
+// each warpgroup's first thread stamps %globaltimer and clock64 at fixed points of its CTA's work.
+__device__ unsigned long long g_trace[kTraceCtas][kTraceSlots];
+__device__ __forceinline__ void trace_mark(int point) {
+  if ((threadIdx.x & 127) != 0) return;
+  const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (cta >= kTraceCtas) return;
+  unsigned long long gt;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));
+  const int slot = (threadIdx.x >> 7) * kTracePoints + point;
+  g_trace[cta][2 * slot] = gt;
+  g_trace[cta][2 * slot + 1] = static_cast<unsigned long long>(clock64());
+  if (point == 0) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    g_trace[cta][kTraceSlots - 1] = smid + 1;
+  }
+}
+#define MLA_TRACE(point) trace_mark(point)
+#else
+#define MLA_TRACE(point) ((void)0)
+#endif
 
 template <bool kFp8>
 struct Seesaw {
@@ -396,18 +425,67 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
   if ((tid & 3) == 0) st_shared_f32(sScale + row * 4, pow2(-k));
 }
 
-// grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA per SM.
-// kGeneral: one pair body for every pair, which tiles exist decided at run time; else a body
+// The split partials of the whole grid merged by its own CTAs (kMerge; the grid's CTAs are all
+// resident at once: at most one CTA an SM and no more CTAs than SMs, launch_seesaw). Each CTA counts
+// its arrival in grid_counters[0] once its partials are written and waits for the others; then CTA c
+// merges rows c, c + G, … (G CTAs; 256 threads, two columns each) as the combine kernel would
+// (mla_decode_merge.cuh: the same bits), and the last CTA to finish puts both counters back to 0.
+// w: shared memory for kMaxSplits + 1 floats. Not inlined: one copy of its code for the kernel's two
+// exits, outside the pair loop's.
+__device__ __noinline__ void merge_in_grid(const float* ws_o, const float* ws_lse, int splits, int rows_total,
+                                           void* o, int o_f32, float* lse, int* grid_counters, float* w) {
+  const int tid = int(threadIdx.x);
+  const int G = int(gridDim.x * gridDim.y * gridDim.z);
+  const int c = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  __syncthreads();  // the CTA's partials are written
+  if (tid == 0) {
+    __threadfence();
+    atomicAdd(grid_counters, 1);
+    const uint64_t t0 = globaltimer_ns();
+    while (ld_acquire_gpu(grid_counters) < G) {
+      __nanosleep(32);
+      // A grid that cannot be resident at once would wait forever: fail loudly instead.
+      if (globaltimer_ns() - t0 > 10'000'000'000ull) __trap();
+    }
+  }
+  __syncthreads();
+  MLA_TRACE(kTraceArrived);
+  for (int row = c; row < rows_total; row += G) {
+    if (tid < 32) {
+      const float row_lse = split_weights<true>(ws_lse, splits, rows_total, row, w, tid);
+      if (tid == 0) w[kMaxSplits] = row_lse;
+    }
+    __syncthreads();
+    merge_columns<2, true>(ws_o, w, splits, rows_total, row, 2 * tid, o, o_f32);
+    if (tid == 0 && lse) lse[row] = w[kMaxSplits];
+    __syncthreads();  // w is the next row's
+  }
+  if (tid == 0 && atomicAdd(grid_counters + 1, 1) == G - 1) {
+    atomicExch(grid_counters, 0);
+    atomicExch(grid_counters + 1, 0);
+  }
+  MLA_TRACE(kTraceMerged);
+}
+
+// One CTA of the grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA
+// per SM. kGeneral: one pair body for every pair, which tiles exist decided at run time; else a body
 // specialized for each count of tiles ahead (fewer instructions a pair, four times the code).
-template <bool kFp8, bool kGeneral>
-__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p) {
+// kMerge: the split partials merged in the grid (merge_in_grid), no combine kernel after it.
+template <bool kFp8, bool kGeneral, bool kMerge>
+__device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  float* merge_w = reinterpret_cast<float*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffK0);
   const int tid = threadIdx.x, wg = tid >> 7;
+  MLA_TRACE(kTraceEntry);
   pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
   pdl_wait();  // launched by gpu::launch: every kernel before it in the stream has completed
   CtaWork cw;
-  if (!cta_work(p, kRows, cw)) return;
+  if (!cta_work(p, kRows, cw)) {
+    if constexpr (kMerge) merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w);
+    return;
+  }
+  MLA_TRACE(kTraceWork);
   Seesaw<kFp8> ss{p, cw};
   ss.sQ = sbase + kOffQ;
   ss.sK[0] = sbase + kOffK0;
@@ -457,6 +535,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
   for (int k = 0; k < 4; ++k)
     ldmatrix_x4(q8[k], ss.sQ + 8 * kChunkBytes + swz128(16 * ss.wi + (ss.lane & 15), 2 * k + (ss.lane >> 4)));
   __syncthreads();  // Q's chunk 8 now holds P1
+  MLA_TRACE(kTraceQ);
 
   float o[128];  // O[64 rows][256·wg, +256)
 #pragma unroll
@@ -474,6 +553,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
     wgmma_wait<0>();
     reg_fence(s);
   }
+  MLA_TRACE(kTraceFirstS);
 
   // ---- the pairs of tiles
   for (int t = t_begin; t < t_end; t += 2) {
@@ -492,6 +572,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
       else if (ahead == 1) ss.template wg1_pair<1>(t, 1, phase_next, o, s, l, q8);
       else ss.template wg1_pair<0>(t, 0, phase_next, o, s, l, q8);
     }
+#ifdef MLA_SEESAW_TRACE
+    if (((t - t_begin) >> 1) < kTracePairs) MLA_TRACE(kTracePair0 + ((t - t_begin) >> 1));
+#endif
   }
 
   // ---- epilogue: both warpgroups' sums, the final max, normalize, write
@@ -510,29 +593,60 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
     m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4) - (kFp8 ? float(kPScaleLog2) : 0.f);  // fp8: l is Σ P·2^15
     lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
   }
+  MLA_TRACE(kTraceStore);
   store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
+  MLA_TRACE(kTraceEnd);
+  if constexpr (kMerge) merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w);
+}
+
+template <bool kFp8, bool kGeneral>
+__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p) {
+  seesaw_cta<kFp8, kGeneral, false>(p, nullptr);
+}
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_merge_kernel(const KParams p, int* grid_counters) {
+  seesaw_cta<kFp8, true, true>(p, grid_counters);
 }
 
 }  // namespace
 
-void launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles) {
+#ifdef MLA_SEESAW_TRACE
+int seesaw_trace_take(unsigned long long* out) {
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
+  MLA_CUDA_CHECK(cudaMemcpyFromSymbol(out, g_trace, sizeof(g_trace)));
+  void* dev = nullptr;
+  MLA_CUDA_CHECK(cudaGetSymbolAddress(&dev, g_trace));
+  MLA_CUDA_CHECK(cudaMemset(dev, 0, sizeof(g_trace)));
+  return kTraceCtas;
+}
+#endif
+
+bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles,
+                   int* grid_counters) {
   // A CTA of few tiles runs each pair body about once and waits on its instructions: one run-time
   // body (89 KB of code against 152) is faster for split CTAs of up to 16 tiles (h128 b1 s_k 16384,
   // 4 tiles: -2.1 us; h128 b16 s_k 4096, 16 tiles: -1.5 us) and 1-5 % slower for more tiles or a
   // whole request a CTA (bench/NOTES.md, "One pair body for split CTAs").
   const bool general = kp.splits > 1 && split_tiles <= 16;
-  static bool smem_set[4][64] = {};
-  auto go = [&](auto kernel, bool (&set)[64]) {
+  // The in-grid merge waits for every CTA of the grid: only a grid the device holds at once (one
+  // CTA an SM) may take it.
+  const bool merge = general && grid_counters && int64_t(grid.x) * grid.y * grid.z <= device_sms();
+  static bool smem_set[6][64] = {};
+  auto go = [&](auto kernel, bool (&set)[64], auto... extra) {
     set_smem_limit_once(kernel, kSmemBytes, set);
-    gpu::launch(kernel, grid, kThreads, kSmemBytes, stream, kp);
+    gpu::launch(kernel, grid, kThreads, kSmemBytes, stream, kp, extra...);
   };
-  if (fp8) {
+  if (merge) {
+    if (fp8) go(mla_seesaw_merge_kernel<true>, smem_set[5], grid_counters);
+    else go(mla_seesaw_merge_kernel<false>, smem_set[4], grid_counters);
+  } else if (fp8) {
     if (general) go(mla_seesaw_kernel<true, true>, smem_set[3]);
     else go(mla_seesaw_kernel<true, false>, smem_set[1]);
   } else {
     if (general) go(mla_seesaw_kernel<false, true>, smem_set[2]);
     else go(mla_seesaw_kernel<false, false>, smem_set[0]);
   }
+  return merge;
 }
 
 }  // namespace mla::cuda::mla_decode

@@ -218,24 +218,31 @@ void launch(const KParams& kp, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
-                 int split_tiles) {
+bool launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
+                 int split_tiles, int* grid_counters) {
   switch (products) {
     case WideProducts::kMmaSync:
       if (fp8) launch<false, false, true>(kp, grid, stream);
       else launch<false, false, false>(kp, grid, stream);
-      return;
+      return false;
     case WideProducts::kWgmmaSMmaPV:
-      if (!fp8) return launch<true, false, false>(kp, grid, stream);
+      if (!fp8) {
+        launch<true, false, false>(kp, grid, stream);
+        return false;
+      }
       break;
     case WideProducts::kMmaSWgmmaPV:
-      if (!fp8) return launch<false, true, false>(kp, grid, stream);
+      if (!fp8) {
+        launch<false, true, false>(kp, grid, stream);
+        return false;
+      }
       break;
-    case WideProducts::kWgmma: return launch_seesaw(kp, grid, stream, fp8, split_tiles);
+    case WideProducts::kWgmma: return launch_seesaw(kp, grid, stream, fp8, split_tiles, grid_counters);
     case WideProducts::kSplitS: break;
   }
   if (fp8) launch<true, true, true>(kp, grid, stream);
   else launch<true, true, false>(kp, grid, stream);
+  return false;
 }
 
 }  // namespace mla::cuda::mla_decode

@@ -128,6 +128,17 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // Waits until the stream's previous kernel has completed and its writes are visible (returns at
 // once in a grid launched without programmatic stream serialization).
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// An int in global memory read with acquire semantics at GPU scope; the global timer (ns).
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
 
 // ---- mbarriers and TMA ----------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {

@@ -55,6 +55,10 @@ struct MlaParams {
   float* lse;
   Workspace ws;
   cudaStream_t stream;
+  // Two ints, zero, on the device, in which a split decode grid the device holds at once counts
+  // its CTAs to merge its partials itself, without a combine kernel (it leaves them zero); one pair
+  // per stream that launches it. Null: the combine kernel.
+  int32_t* grid_counters = nullptr;
 };
 // The general kernel (f32 or bf16 activations, any D ≤ 1024, SIMT cores): the exact path.
 void mla_attention_generic(const MlaParams& p);
