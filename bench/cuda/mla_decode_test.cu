@@ -419,8 +419,9 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   // its bits must equal the run before it (same kernel, same splits).
   std::vector<Variant> variants = {{"wgmma auto", false, 0, false, 0},
                                    {"wgmma auto combine", false, 0, false, 64},
-                                   {"wgmma s=3", false, 3, false, 0},
-                                   {"wgmma s=3 combine", false, 3, false, 64},
+                                   {"wgmma s=64", false, 64, false, 0},
+                                   {"wgmma s=64 combine", false, 64, false, 64},
+                                   {"wgmma s=64 f32", false, 64, true, 0},
                                    {"wgmma s=1", false, 1, false, 0},
                                    {"wgmma s=3 f32", false, 3, true, 0},
                                    {"wide auto", false, 0, false, 8},
@@ -650,13 +651,23 @@ void run_tests() {
     pb.k_len = {77, 1000};
     run_test(fp8 ? "H128 wide-range Q fp8 page16" : "H128 wide-range Q bf16 page16", pb, 16, seed++);
   }
-  if (!g_quick) {  // one long request: many splits
-    Problem pb;
-    pb.H = 128;
-    pb.q_len = {1};
-    pb.k_len = {16381};
+  if (!g_quick) {  // one long request: many splits (the see-saw grid merges them itself)
+    for (bool fp8 : {false, true}) {
+      Problem pb;
+      pb.H = 128;
+      pb.fp8 = fp8;
+      pb.kv_scale = fp8 ? 0.5f : 1.f;
+      pb.q_len = {1};
+      pb.k_len = {16381};
+      pb.scale = 0.12f;
+      run_test(fp8 ? "H128 1 request 16381 keys fp8 page64" : "H128 1 request 16381 keys page64", pb, 64, seed++);
+    }
+    Problem pb;  // two requests of one 64-row tile each: 2 × 64 CTAs at 64 splits
+    pb.H = 64;
+    pb.q_len = {1, 1};
+    pb.k_len = {8000, 5001};
     pb.scale = 0.12f;
-    run_test("H128 1 request 16381 keys page64", pb, 64, seed++);
+    run_test("H64 2 requests 8000 keys page16", pb, 16, seed++);
   }
 }
 
