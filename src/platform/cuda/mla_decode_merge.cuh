@@ -49,18 +49,35 @@ __device__ __forceinline__ float split_weights(const float* __restrict__ ws_lse,
   return st.lse();
 }
 
-// acc += wt · v over kVec columns; a split of weight 0 (no keys) adds nothing.
-template <int kVec, class Vec>
-__device__ __forceinline__ void add_weighted(float (&acc)[kVec], float wt, const Vec& v) {
-  if (wt > 0.f) {
-    const float* e = reinterpret_cast<const float*>(&v);
+// Columns [col, col + kVec) of the row: Σ_s w[s]·o_s in split order (a split of weight 0, no keys,
+// is never read), written to o [rows_total, 512] (bf16 or f32). The splits' loads go out in groups
+// of 32 / kVec (one dependent load per split is latency-bound at a few warps per SM), then they are
+// added in split order, as one by one.
+template <int kVec, bool kInGrid>
+__device__ __forceinline__ void merge_columns(const float* __restrict__ ws_o, const float* w, int splits,
+                                              int rows_total, int row, int col, void* o, int o_f32) {
+  static_assert(kVec == 2 || kVec == 4, "a thread takes 2 or 4 columns");
+  using Vec = std::conditional_t<kVec == 4, float4, float2>;
+  constexpr int kGroup = 32 / kVec;
+  float acc[kVec] = {};
+  auto add = [&](float wt, const Vec& v) {
+    if (wt > 0.f) {
+      const float* e = reinterpret_cast<const float*>(&v);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) acc[i] += wt * e[i];
+      for (int i = 0; i < kVec; ++i) acc[i] += wt * e[i];
+    }
+  };
+  const float* part = ws_o + size_t(row) * kDv + col;  // split s: + s · rows_total · kDv
+  const size_t stride = size_t(rows_total) * kDv;
+  int s = 0;
+  for (; s + kGroup <= splits; s += kGroup) {
+    Vec v[kGroup];
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) v[u] = ws_load<kInGrid>(reinterpret_cast<const Vec*>(part + (s + u) * stride));
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) add(w[s + u], v[u]);
   }
-}
-// The row's columns [col, col + kVec) → o [rows_total, 512] (bf16 or f32).
-template <int kVec>
-__device__ __forceinline__ void store_columns(const float (&acc)[kVec], int row, int col, void* o, int o_f32) {
+  for (; s < splits; ++s) add(w[s], ws_load<kInGrid>(reinterpret_cast<const Vec*>(part + s * stride)));
   if (o_f32) {
     float* dst = static_cast<float*>(o) + size_t(row) * kDv + col;
 #pragma unroll
@@ -70,64 +87,6 @@ __device__ __forceinline__ void store_columns(const float (&acc)[kVec], int row,
 #pragma unroll
     for (int i = 0; i < kVec; i += 2) *reinterpret_cast<uint32_t*>(dst + i) = sm90::pack_bf16(acc[i], acc[i + 1]);
   }
-}
-template <int kVec>
-using ColumnsVec = std::conditional_t<kVec == 4, float4, float2>;
-
-// Columns [col, col + kVec) of the row: Σ_s w[s]·o_s in split order (a split of weight 0, no keys,
-// adds nothing), written to o. The splits' loads go out in groups of 32 / kVec (one dependent load
-// per split is latency-bound at a few warps per SM), then they are added in split order, as one by
-// one. w: split_weights's, complete.
-template <int kVec, bool kInGrid>
-__device__ __forceinline__ void merge_columns(const float* __restrict__ ws_o, const float* w, int splits,
-                                              int rows_total, int row, int col, void* o, int o_f32) {
-  static_assert(kVec == 2 || kVec == 4, "a thread takes 2 or 4 columns");
-  using Vec = ColumnsVec<kVec>;
-  constexpr int kGroup = 32 / kVec;
-  float acc[kVec] = {};
-  const float* part = ws_o + size_t(row) * kDv + col;  // split s: + s · rows_total · kDv
-  const size_t stride = size_t(rows_total) * kDv;
-  int s = 0;
-  for (; s + kGroup <= splits; s += kGroup) {
-    Vec v[kGroup];
-#pragma unroll
-    for (int u = 0; u < kGroup; ++u) v[u] = ws_load<kInGrid>(reinterpret_cast<const Vec*>(part + (s + u) * stride));
-#pragma unroll
-    for (int u = 0; u < kGroup; ++u) add_weighted<kVec>(acc, w[s + u], v[u]);
-  }
-  for (; s < splits; ++s) add_weighted<kVec>(acc, w[s], ws_load<kInGrid>(reinterpret_cast<const Vec*>(part + s * stride)));
-  store_columns<kVec>(acc, row, col, o, o_f32);
-}
-
-// One row merged by a whole CTA of 256 threads (2 columns each) inside the grid that wrote the
-// partials: the first kAhead splits' loads go out before warp 0 weighs the splits (the loads do not
-// need the weights; at one row a CTA nothing else hides their latency), then the same sums in the
-// same order as merge_columns. w: kMaxSplits + 1 floats of shared memory (the LSE in the last).
-// Ends with the CTA's threads synchronized (w free again).
-__device__ __forceinline__ void merge_row_in_grid(const float* __restrict__ ws_o, const float* __restrict__ ws_lse,
-                                                  int splits, int rows_total, int row, void* o, int o_f32,
-                                                  float* lse, float* w, int tid) {
-  constexpr int kAhead = 64;
-  const int col = 2 * tid;
-  const float* part = ws_o + size_t(row) * kDv + col;
-  const size_t stride = size_t(rows_total) * kDv;
-  float2 v[kAhead];
-#pragma unroll
-  for (int u = 0; u < kAhead; ++u)
-    if (u < splits) v[u] = __ldcg(reinterpret_cast<const float2*>(part + u * stride));
-  if (tid < 32) {
-    const float row_lse = split_weights<true>(ws_lse, splits, rows_total, row, w, tid);
-    if (tid == 0) w[kMaxSplits] = row_lse;
-  }
-  __syncthreads();
-  float acc[2] = {};
-#pragma unroll
-  for (int u = 0; u < kAhead; ++u)
-    if (u < splits) add_weighted<2>(acc, w[u], v[u]);
-  for (int s = kAhead; s < splits; ++s) add_weighted<2>(acc, w[s], __ldcg(reinterpret_cast<const float2*>(part + s * stride)));
-  store_columns<2>(acc, row, col, o, o_f32);
-  if (tid == 0 && lse) lse[row] = w[kMaxSplits];
-  __syncthreads();
 }
 
 }  // namespace mla::cuda::mla_decode

@@ -429,8 +429,7 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
 // resident at once: at most one CTA an SM and no more CTAs than SMs, launch_seesaw). Each CTA counts
 // its arrival in grid_counters[0] once its partials are written and waits for the others; then CTA c
 // merges rows c, c + G, … (G CTAs; 256 threads, two columns each) as the combine kernel would
-// (mla_decode_merge.cuh: the same bits; its loads issued before the weights), and the last CTA to
-// finish puts both counters back to 0.
+// (mla_decode_merge.cuh: the same bits), and the last CTA to finish puts both counters back to 0.
 // w: shared memory for kMaxSplits + 1 floats. Not inlined: one copy of its code for the kernel's two
 // exits, outside the pair loop's.
 __device__ __noinline__ void merge_in_grid(const float* ws_o, const float* ws_lse, int splits, int rows_total,
@@ -451,8 +450,16 @@ __device__ __noinline__ void merge_in_grid(const float* ws_o, const float* ws_ls
   }
   __syncthreads();
   MLA_TRACE(kTraceArrived);
-  for (int row = c; row < rows_total; row += G)
-    merge_row_in_grid(ws_o, ws_lse, splits, rows_total, row, o, o_f32, lse, w, tid);
+  for (int row = c; row < rows_total; row += G) {
+    if (tid < 32) {
+      const float row_lse = split_weights<true>(ws_lse, splits, rows_total, row, w, tid);
+      if (tid == 0) w[kMaxSplits] = row_lse;
+    }
+    __syncthreads();
+    merge_columns<2, true>(ws_o, w, splits, rows_total, row, 2 * tid, o, o_f32);
+    if (tid == 0 && lse) lse[row] = w[kMaxSplits];
+    __syncthreads();  // w is the next row's
+  }
   if (tid == 0 && atomicAdd(grid_counters + 1, 1) == G - 1) {
     atomicExch(grid_counters, 0);
     atomicExch(grid_counters + 1, 0);
@@ -624,17 +631,17 @@ bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, 
   // The in-grid merge waits for every CTA of the grid: only a grid the device holds at once (one
   // CTA an SM) may take it, and only with at most one row a CTA to merge: a CTA merges its rows one
   // after another (h128 b16 s_k 4096, 16 rows a CTA: 62 -> 78 us on an H100; h128 b1 s_k 16384,
-  // one row a CTA: bench/NOTES.md, "Split partials merged by their own grid").
+  // one row a CTA: 32.8 -> 31.5; bench/NOTES.md, "Split partials merged by their own grid"). bf16
+  // KV only: the fp8 instantiation has not run on a GPU yet.
   const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
-  const bool merge = general && grid_counters && ctas <= device_sms() && kp.rows_total <= ctas;
-  static bool smem_set[6][64] = {};
+  const bool merge = !fp8 && general && grid_counters && ctas <= device_sms() && kp.rows_total <= ctas;
+  static bool smem_set[5][64] = {};
   auto go = [&](auto kernel, bool (&set)[64], auto... extra) {
     set_smem_limit_once(kernel, kSmemBytes, set);
     gpu::launch(kernel, grid, kThreads, kSmemBytes, stream, kp, extra...);
   };
   if (merge) {
-    if (fp8) go(mla_seesaw_merge_kernel<true>, smem_set[5], grid_counters);
-    else go(mla_seesaw_merge_kernel<false>, smem_set[4], grid_counters);
+    go(mla_seesaw_merge_kernel<false>, smem_set[4], grid_counters);
   } else if (fp8) {
     if (general) go(mla_seesaw_kernel<true, true>, smem_set[3]);
     else go(mla_seesaw_kernel<true, false>, smem_set[1]);
