@@ -631,17 +631,17 @@ bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, 
   // The in-grid merge waits for every CTA of the grid: only a grid the device holds at once (one
   // CTA an SM) may take it, and only with at most one row a CTA to merge: a CTA merges its rows one
   // after another (h128 b16 s_k 4096, 16 rows a CTA: 62 -> 78 us on an H100; h128 b1 s_k 16384,
-  // one row a CTA: 32.8 -> 31.5; bench/NOTES.md, "Split partials merged by their own grid"). bf16
-  // KV only: the fp8 instantiation has not run on a GPU yet.
+  // one row a CTA: 32.8 -> 31.5; bench/NOTES.md, "Split partials merged by their own grid").
   const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
-  const bool merge = !fp8 && general && grid_counters && ctas <= device_sms() && kp.rows_total <= ctas;
-  static bool smem_set[5][64] = {};
+  const bool merge = general && grid_counters && ctas <= device_sms() && kp.rows_total <= ctas;
+  static bool smem_set[6][64] = {};
   auto go = [&](auto kernel, bool (&set)[64], auto... extra) {
     set_smem_limit_once(kernel, kSmemBytes, set);
     gpu::launch(kernel, grid, kThreads, kSmemBytes, stream, kp, extra...);
   };
   if (merge) {
-    go(mla_seesaw_merge_kernel<false>, smem_set[4], grid_counters);
+    if (fp8) go(mla_seesaw_merge_kernel<true>, smem_set[5], grid_counters);
+    else go(mla_seesaw_merge_kernel<false>, smem_set[4], grid_counters);
   } else if (fp8) {
     if (general) go(mla_seesaw_kernel<true, true>, smem_set[3]);
     else go(mla_seesaw_kernel<true, false>, smem_set[1]);
