@@ -6,6 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
+# Libraries carried beside binaries built elsewhere (scripts/bundle_libs.sh BUILD/bundled-libs ...).
+[ -d "$BUILD/bundled-libs" ] && export LD_LIBRARY_PATH="$(cd "$BUILD/bundled-libs" && pwd):${LD_LIBRARY_PATH:-}"
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 quick=""
