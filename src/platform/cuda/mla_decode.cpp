@@ -5,7 +5,8 @@
 // Rows: the (token, head) pairs of one request, packed (row = token·H + head), so speculative
 // tokens and small head counts share a tile. kv_scale (any row dtype) is folded into the softmax
 // scale and the output scale. Split-KV: each (row tile, split) CTA writes f32 partial o + natural-log
-// LSE to the workspace; the combine merges them.
+// LSE to the workspace; the combine merges them, or the see-saw grid itself where the device holds
+// it at once with at most one row a CTA to merge (launch_seesaw, MlaParams::grid_counters).
 #include "platform/cuda/mla_decode.h"
 
 #include <cuda_runtime.h>
