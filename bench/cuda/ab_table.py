@@ -2,8 +2,7 @@
 """bench/cuda/ab_table.py — the rows of interleaved mla_decode_test runs side by side.
 
 Input: lines of `mla_decode_test --no-test` output, each prefixed with "VARIANT rROUND " (the run's
-binary and round), e.g. from
-  for r in 1 2; do for v in a b; do ./$v --no-test --case ROW | grep '^  h' | sed "s/^/$v r$r /"; done; done
+binary and round), as bench/cuda/ab_run.sh writes them.
 Output: one line per row, for each variant its rounds' times (the lower of each run's two queued
 passes, us), FAIL where a run's check against the reference failed.
 """
