@@ -21,9 +21,7 @@ __device__ unsigned long long g_ctrace[kTraceCtas][3];
 __device__ __forceinline__ void ctrace_mark(int point) {
   const int cta = blockIdx.x + gridDim.x * blockIdx.y;
   if (threadIdx.x != 0 || cta >= kTraceCtas) return;
-  unsigned long long gt;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));
-  g_ctrace[cta][point] = gt;
+  g_ctrace[cta][point] = sm90::globaltimer_ns();
 }
 #define MLA_CTRACE(point) ctrace_mark(point)
 #else
@@ -56,11 +54,7 @@ __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restric
 
 #ifdef MLA_SEESAW_TRACE
 int combine_trace_take(unsigned long long* out) {
-  MLA_CUDA_CHECK(cudaDeviceSynchronize());
-  MLA_CUDA_CHECK(cudaMemcpyFromSymbol(out, g_ctrace, sizeof(g_ctrace)));
-  void* dev = nullptr;
-  MLA_CUDA_CHECK(cudaGetSymbolAddress(&dev, g_ctrace));
-  MLA_CUDA_CHECK(cudaMemset(dev, 0, sizeof(g_ctrace)));
+  take_trace(g_ctrace, out);
   return kTraceCtas;
 }
 #endif

@@ -6,6 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#ifdef MLA_SEESAW_TRACE
+#include "platform/cuda/cuda_check.h"
+#endif
 
 namespace mla::cuda::mla_decode {
 
@@ -70,6 +73,15 @@ int seesaw_trace_take(unsigned long long* out);
 // The combine's CTAs of the last launches: %globaltimer at start, after the wait, at the end
 // (kTraceCtas × 3; 0: not recorded). Takes and clears them.
 int combine_trace_take(unsigned long long* out);
+// Both: a trace array's bytes (its __device__ symbol) copied to out, then zeroed.
+template <class Symbol>
+void take_trace(const Symbol& symbol, void* out) {
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
+  MLA_CUDA_CHECK(cudaMemcpyFromSymbol(out, symbol, sizeof(Symbol)));
+  void* dev = nullptr;
+  MLA_CUDA_CHECK(cudaGetSymbolAddress(&dev, symbol));
+  MLA_CUDA_CHECK(cudaMemset(dev, 0, sizeof(Symbol)));
+}
 #endif
 // tile_rows: 8, 16 or 32. The narrow kernel's raw fp8 form (mla_decode_narrow.cu): fp8 rows through
 // registers, Q·Kᵀ in e4m3, at ≤ 16 rows.

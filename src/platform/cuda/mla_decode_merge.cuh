@@ -50,7 +50,7 @@ __device__ __forceinline__ float split_weights(const float* __restrict__ ws_lse,
 }
 
 // Columns [col, col + kVec) of the row: Σ_s w[s]·o_s in split order (a split of weight 0, no keys,
-// is never read), written to o [rows_total, 512] (bf16 or f32). The splits' loads go out in groups
+// is loaded but never added), written to o [rows_total, 512] (bf16 or f32). The splits' loads go out in groups
 // of 32 / kVec (one dependent load per split is latency-bound at a few warps per SM), then they are
 // added in split order, as one by one.
 template <int kVec, bool kInGrid>

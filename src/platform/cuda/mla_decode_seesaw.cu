@@ -34,9 +34,6 @@
 #include <cstdint>
 
 #include "platform/cuda/mla_decode_launch.h"
-#ifdef MLA_SEESAW_TRACE
-#include "platform/cuda/cuda_check.h"
-#endif
 #include "platform/gpu/launch.cuh"
 #include "platform/cuda/mla_decode_merge.cuh"
 #include "platform/cuda/mla_decode_tile.cuh"
@@ -82,10 +79,8 @@ __device__ __forceinline__ void trace_mark(int point) {
   if ((threadIdx.x & 127) != 0) return;
   const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   if (cta >= kTraceCtas) return;
-  unsigned long long gt;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));
   const int slot = (threadIdx.x >> 7) * kTracePoints + point;
-  g_trace[cta][2 * slot] = gt;
+  g_trace[cta][2 * slot] = globaltimer_ns();
   g_trace[cta][2 * slot + 1] = static_cast<unsigned long long>(clock64());
   if (point == 0) {
     unsigned smid;
@@ -612,11 +607,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_merge_kernel(const KPa
 
 #ifdef MLA_SEESAW_TRACE
 int seesaw_trace_take(unsigned long long* out) {
-  MLA_CUDA_CHECK(cudaDeviceSynchronize());
-  MLA_CUDA_CHECK(cudaMemcpyFromSymbol(out, g_trace, sizeof(g_trace)));
-  void* dev = nullptr;
-  MLA_CUDA_CHECK(cudaGetSymbolAddress(&dev, g_trace));
-  MLA_CUDA_CHECK(cudaMemset(dev, 0, sizeof(g_trace)));
+  take_trace(g_trace, out);
   return kTraceCtas;
 }
 #endif
