@@ -8,12 +8,13 @@
 #   e.g. bash bench/cuda/build_variant.sh loads_ahead bd70586 - - src/platform/cuda/mla_decode_seesaw.cu
 #        bash bench/cuda/build_variant.sh trace wt - -DMLA_SEESAW_TRACE src/platform/cuda/mla_decode_seesaw.cu \
 #          src/platform/cuda/mla_decode_combine.cu bench/cuda/mla_decode_test.cu
-# Writes BUILD/variants/NAME/mla_decode_test (BUILD: $BUILD, default build). Only sources whose
-# changes stay inside them (and headers only they include) give a faithful variant.
+# Writes BUILD/variants/NAME/mla_decode_test (BUILD: $BUILD, default build); TARGET=mla (any
+# executable target of the build) links that one instead, as BUILD/variants/NAME/TARGET. Only sources
+# whose changes stay inside them (and headers only they include) give a faithful variant.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD BUILD=${BUILD:-build}
-[ $# -ge 5 ] || { sed -n 2,13p "$0"; exit 2; }
+ROOT=$PWD BUILD=${BUILD:-build} TARGET=${TARGET:-mla_decode_test}
+[ $# -ge 5 ] || { sed -n 2,14p "$0"; exit 2; }
 NAME=$1 REV=$2 PATCH=$3 FLAGS=$4
 shift 4
 V=$ROOT/$BUILD/variants/$NAME
@@ -21,11 +22,11 @@ rm -rf "$V" && mkdir -p "$V/obj"
 if [ "$REV" = wt ]; then cp -r src bench include "$V/"; else git archive "$REV" src bench include | tar -x -C "$V"; fi
 [ "$PATCH" = - ] || (cd "$V" && patch -s -p1 < "$ROOT/$PATCH")
 [ "$FLAGS" = - ] && FLAGS=""
-commands=$(ninja -C "$BUILD" -t commands mla_decode_test)
+commands=$(ninja -C "$BUILD" -t commands "$TARGET")
 objs=()
 for f in "$@"; do
   cmd=$(grep -F -- "-c $ROOT/$f -o" <<< "$commands" | head -n 1)
-  [ -n "$cmd" ] || { echo "build_variant: $f is not a source of mla_decode_test" >&2; exit 1; }
+  [ -n "$cmd" ] || { echo "build_variant: $f is not a source of $TARGET" >&2; exit 1; }
   out=$(sed -E 's/.* -o ([^ ]+).*/\1/' <<< "$cmd")
   obj=$V/obj/$(basename "$f").o
   cmd=${cmd//$ROOT\/src/$V/src}
@@ -41,8 +42,8 @@ link=$(tail -n 1 <<< "$commands")
 # A recompiled test source replaces the build's object; the library's replaced objects are never
 # pulled from the archive (their symbols are defined first).
 for f in "$@"; do
-  [[ $f == bench/* ]] && link=${link//CMakeFiles\/mla_decode_test.dir\/$f.o/}
+  link=${link//CMakeFiles\/$TARGET.dir\/$f.o/}
 done
-link=${link//-o bin\/mla_decode_test/${objs[*]} -o $V\/mla_decode_test}
+link=${link//-o bin\/$TARGET/${objs[*]} -o $V\/$TARGET}
 (cd "$BUILD" && eval "$link")
-echo "build_variant: $V/mla_decode_test"
+echo "build_variant: $V/$TARGET"
