@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(128) mla_decode_combine(const float* __restric
     if (tid == 0) s_lse = row_lse;
   }
   __syncthreads();
-  merge_columns<kVec>(ws_o, w, splits, rows_total, row, (blockIdx.y * 128 + tid) * kVec, o, o_f32);
+  merge_columns<kVec, false>(ws_o, w, splits, rows_total, row, (blockIdx.y * 128 + tid) * kVec, o, o_f32);
   if (blockIdx.y == 0 && tid == 0 && lse) lse[row] = s_lse;
   MLA_CTRACE(2);
 }

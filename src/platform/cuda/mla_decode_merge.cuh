@@ -1,10 +1,8 @@
 // mla_decode_merge.cuh — one row's split-KV partials merged by LSE (gpu/softmax_state.cuh): the f32
 // partial outputs o_s [splits][rows_total][512] and natural-log LSEs [splits][rows_total] that the
-// decode kernels write to the workspace. One definition of the split weights, the sum and the write
-// for the two places that merge them, the combine kernel (mla_decode_combine.cu: merge_columns, the
-// partials loaded from the L2) and the see-saw kernel's in-grid merge (mla_decode_seesaw.cu: the
-// partials brought into shared memory by bulk copies): the same operations in the same order, so
-// both give the same bits.
+// decode kernels write to the workspace. One definition for the two places that merge them, the
+// combine kernel (mla_decode_combine.cu) and the see-saw kernel's in-grid merge
+// (mla_decode_seesaw.cu): the same operations in the same order, so both give the same bits.
 //   o = Σ_s w_s o_s (split order),  w_s = e^(lse_s − m) / Σ_t e^(lse_t − m),  lse = m + ln Σ.
 #pragma once
 #include <cuda_bf16.h>
@@ -51,53 +49,44 @@ __device__ __forceinline__ float split_weights(const float* __restrict__ ws_lse,
   return st.lse();
 }
 
-// acc += w·v, element by element, for a split of weight w > 0 (a split of weight 0, no keys, is never
-// added). The one sum of both merges.
-template <int N>
-__device__ __forceinline__ void merge_add(float (&acc)[N], float wt, const float* v) {
-  if (wt > 0.f) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) acc[i] += wt * v[i];
-  }
-}
-// The merged columns [col, col + N) of the row → o [rows_total, 512] (bf16 or f32).
-template <int N>
-__device__ __forceinline__ void merge_write(const float (&acc)[N], void* o, int o_f32, int row, int col) {
-  if (o_f32) {
-    float* dst = static_cast<float*>(o) + size_t(row) * kDv + col;
-#pragma unroll
-    for (int i = 0; i < N; ++i) dst[i] = acc[i];
-  } else {
-    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(o) + size_t(row) * kDv + col;
-#pragma unroll
-    for (int i = 0; i < N; i += 2) *reinterpret_cast<uint32_t*>(dst + i) = sm90::pack_bf16(acc[i], acc[i + 1]);
-  }
-}
-
 // Columns [col, col + kVec) of the row: Σ_s w[s]·o_s in split order (a split of weight 0, no keys,
 // is loaded but never added), written to o [rows_total, 512] (bf16 or f32). The splits' loads go out in groups
 // of 32 / kVec (one dependent load per split is latency-bound at a few warps per SM), then they are
 // added in split order, as one by one.
-template <int kVec>
+template <int kVec, bool kInGrid>
 __device__ __forceinline__ void merge_columns(const float* __restrict__ ws_o, const float* w, int splits,
                                               int rows_total, int row, int col, void* o, int o_f32) {
   static_assert(kVec == 2 || kVec == 4, "a thread takes 2 or 4 columns");
   using Vec = std::conditional_t<kVec == 4, float4, float2>;
   constexpr int kGroup = 32 / kVec;
   float acc[kVec] = {};
-  auto add = [&](float wt, const Vec& v) { merge_add(acc, wt, reinterpret_cast<const float*>(&v)); };
+  auto add = [&](float wt, const Vec& v) {
+    if (wt > 0.f) {
+      const float* e = reinterpret_cast<const float*>(&v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[i] += wt * e[i];
+    }
+  };
   const float* part = ws_o + size_t(row) * kDv + col;  // split s: + s · rows_total · kDv
   const size_t stride = size_t(rows_total) * kDv;
   int s = 0;
   for (; s + kGroup <= splits; s += kGroup) {
     Vec v[kGroup];
 #pragma unroll
-    for (int u = 0; u < kGroup; ++u) v[u] = ws_load<false>(reinterpret_cast<const Vec*>(part + (s + u) * stride));
+    for (int u = 0; u < kGroup; ++u) v[u] = ws_load<kInGrid>(reinterpret_cast<const Vec*>(part + (s + u) * stride));
 #pragma unroll
     for (int u = 0; u < kGroup; ++u) add(w[s + u], v[u]);
   }
-  for (; s < splits; ++s) add(w[s], ws_load<false>(reinterpret_cast<const Vec*>(part + s * stride)));
-  merge_write(acc, o, o_f32, row, col);
+  for (; s < splits; ++s) add(w[s], ws_load<kInGrid>(reinterpret_cast<const Vec*>(part + s * stride)));
+  if (o_f32) {
+    float* dst = static_cast<float*>(o) + size_t(row) * kDv + col;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) dst[i] = acc[i];
+  } else {
+    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(o) + size_t(row) * kDv + col;
+#pragma unroll
+    for (int i = 0; i < kVec; i += 2) *reinterpret_cast<uint32_t*>(dst + i) = sm90::pack_bf16(acc[i], acc[i + 1]);
+  }
 }
 
 }  // namespace mla::cuda::mla_decode

@@ -58,21 +58,8 @@ constexpr int kOffA0 = kOffM + 256;             // f32 [64]: α0 of the current 
 constexpr int kOffA1 = kOffA0 + 256;            // f32 [64]: α1
 constexpr int kOffBar = kOffA1 + 256;           // mbarriers [2 buffers][9 chunks]
 constexpr int kOffQScale = kOffBar + 18 * 8;    // fp8, f32 [64]: 2^-k of each Q row
-constexpr int kOffMergeBar = kOffQScale + 64 * 4;  // mbarrier of the in-grid merge's bulk loads
-constexpr int kSmemBytes = kOffMergeBar + 8 + 1024;  // + slack to align the base to 1 KiB
+constexpr int kSmemBytes = kOffQScale + 64 * 4 + 1024;  // + slack to align the base to 1 KiB
 static_assert(kSmemBytes <= 227 * 1024, "the see-saw kernel's shared memory exceeds the H200's 227 KiB");
-// After the pairs, the two KV buffers (free then) hold the output on its way out: warpgroup wg's
-// half rows [64][256] (f32 or bf16) at kOffStage + wg · 64 · stage_row_bytes, each row padded by 16
-// bytes so that a warp's 8 rows fall on distinct banks; bulk copies take them out a half row each.
-// The in-grid merge then reuses the area for a row's split partials (kMergeGroup at a time, 2 KB
-// each), and its split weights (kMaxSplits + 1 floats) lie in P0's place past the row sums.
-constexpr int kOffStage = kOffK0;
-__host__ __device__ constexpr int stage_row_bytes(int elem_bytes) { return 256 * elem_bytes + 16; }
-constexpr int kMergeGroup = 64;
-constexpr int kOffMergeW = kOffP0 + 1024;
-static_assert(2 * 64 * stage_row_bytes(4) <= 2 * kTileBytes && kMergeGroup * kDv * 4 <= 2 * kTileBytes,
-              "the staged output and a merge group fit the two KV buffers");
-static_assert(kOffMergeW + (kMaxSplits + 1) * 4 <= kOffM, "the merge's split weights fit P0's place");
 
 // Named barriers (0 is __syncthreads): one warpgroup arrives, the other waits.
 constexpr int kBarA0 = 1;     // α0 and the max after tile t are in shared memory (WG0 → WG1)
@@ -80,7 +67,6 @@ constexpr int kBarA1 = 2;     // α1 and the max after tile t + 1 (WG1 → WG0)
 constexpr int kBarP0 = 3;     // P0·α1 is in shared memory (WG0 → WG1)
 constexpr int kBarP1 = 4;     // P1 is in shared memory and WG1 issued its P0 product (WG1 → WG0)
 constexpr int kBarWiden = 5;  // fp8, 5 + warpgroup: its threads widened (or read) a chunk
-constexpr int kBarStage = 7;  // 7 + warpgroup: its half of the output is staged
 
 // The pair bodies' kAhead when the count of tiles ahead is known only at run time.
 constexpr int kAheadAny = -1;
@@ -434,81 +420,19 @@ __device__ __forceinline__ void q_to_f16(uint32_t sQ, uint32_t sScale, int tid) 
   if ((tid & 3) == 0) st_shared_f32(sScale + row * 4, pow2(-k));
 }
 
-// The output of a CTA (o · out_scale / l and the natural-log LSE, or the split's f32 partial and its
-// LSE to the workspace; the arithmetic of store_o_rows) staged in shared memory at `stage`, then
-// copied out by bulk copies, one a half row (the threads of rows past the request copy nothing).
-// Direct stores were 64 8-byte stores a thread for an f32 partial, 5 us of a 4-tile split CTA at
-// h128 b1 s_k 16384 (bench/NOTES.md, "Where a split CTA's time goes"). kMerge: the copies have
-// completed and are ordered before this thread's later generic accesses (the grid's arrival);
-// else only their reads of shared memory (the CTA may exit).
-template <bool kMerge>
-__device__ __forceinline__ void store_o_staged(const KParams& p, const CtaWork& w, const float (&o)[128],
-                                               const int (&rr)[2], const float (&m)[2], const float (&l)[2],
-                                               int wg, int wt, int lane, uint32_t stage) {
-  const bool to_ws = p.splits > 1, f32 = to_ws || p.o_f32;
-  const int rb = stage_row_bytes(f32 ? 4 : 2);
-  const uint32_t base = stage + wg * 64 * rb;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float inv = l[h] > 0.f ? p.out_scale / l[h] : 0.f;
-    const uint32_t srow = base + rr[h] * rb;
-    if (f32) {
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        st_shared_v2_f32(srow + (8 * j + 2 * (lane & 3)) * 4, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        st_shared_u32(srow + (8 * j + 2 * (lane & 3)) * 2,
-                      pack_bf16(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv));
-    }
-    const int prow = w.row0 + rr[h];
-    if (wg == 0 && (lane & 3) == 0 && prow < w.rows) {
-      const float lse = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718055994531f : -INFINITY;
-      const size_t grow = size_t(w.q_start) * p.H + prow;  // row of o [T·H, 512]
-      if (to_ws) p.ws_lse[size_t(blockIdx.y) * p.rows_total + grow] = lse;
-      else if (p.lse) p.lse[grow] = lse;
-    }
-  }
-  fence_proxy_async();
-  named_bar_sync(kBarStage + wg, 128);
-  if (wt < 64 && w.row0 + wt < w.rows) {
-    const size_t grow = size_t(w.q_start) * p.H + w.row0 + wt;
-    const size_t at = grow * kDv + 256 * wg;  // element offset of this half row
-    void* dst = to_ws ? static_cast<void*>(p.ws_o + size_t(blockIdx.y) * p.rows_total * kDv + at)
-                : f32 ? static_cast<void*>(static_cast<float*>(p.o) + at)
-                      : static_cast<void*>(static_cast<__nv_bfloat16*>(p.o) + at);
-    bulk_store(dst, base + wt * rb, 256 * (f32 ? 4 : 2));
-    bulk_commit();
-    if constexpr (kMerge) {
-      bulk_wait<0>();
-      fence_proxy_async_global();
-    } else {
-      bulk_wait_read<0>();
-    }
-  }
-}
-
 // The split partials of the whole grid merged by its own CTAs (kMerge; the grid's CTAs are all
 // resident at once: at most one CTA an SM and no more CTAs than SMs, launch_seesaw). Each CTA counts
 // its arrival in grid_counters[0] once its partials are written and waits for the others; then CTA c
 // merges rows c, c + G, … (G CTAs; 256 threads, two columns each) as the combine kernel would
-// (mla_decode_merge.cuh: the same sums in the same order, the same bits), and the last CTA to finish
-// puts both counters back to 0. A row's partials come in by bulk copies, kMergeGroup splits at a
-// time into `buf` (completing on the mbarrier `mbar`), the first group's issued before the split
-// weights are computed. w: shared memory for kMaxSplits + 1 floats. Not inlined: one copy of its code
-// for the kernel's two exits, outside the pair loop's.
+// (mla_decode_merge.cuh: the same bits), and the last CTA to finish puts both counters back to 0.
+// w: shared memory for kMaxSplits + 1 floats. Not inlined: one copy of its code for the kernel's two
+// exits, outside the pair loop's.
 __device__ __noinline__ void merge_in_grid(const float* ws_o, const float* ws_lse, int splits, int rows_total,
-                                           void* o, int o_f32, float* lse, int* grid_counters, float* w,
-                                           uint32_t buf, uint32_t mbar) {
+                                           void* o, int o_f32, float* lse, int* grid_counters, float* w) {
   const int tid = int(threadIdx.x);
   const int G = int(gridDim.x * gridDim.y * gridDim.z);
   const int c = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-  if (tid == 0) {
-    mbar_init(mbar, kMergeGroup);
-    fence_mbarrier_init();
-  }
-  __syncthreads();  // the CTA's partials are written (store_o_staged waited for its copies)
+  __syncthreads();  // the CTA's partials are written
   if (tid == 0) {
     __threadfence();
     atomicAdd(grid_counters, 1);
@@ -521,46 +445,15 @@ __device__ __noinline__ void merge_in_grid(const float* ws_o, const float* ws_ls
   }
   __syncthreads();
   MLA_TRACE(kTraceArrived);
-  // Threads 0..kMergeGroup-1: split s0 + tid of the row → buf (or only an arrival past the splits).
-  auto issue = [&](int row, int s0) {
-    if (tid >= kMergeGroup) return;
-    fence_proxy_async_global();  // after the acquire above (generic) and before the copies (async)
-    fence_proxy_async();         // after the reads of buf's last group
-    const int s = s0 + tid;
-    if (s < splits) {
-      mbar_expect_tx(mbar, kDv * 4);
-      bulk_load(buf + tid * (kDv * 4), ws_o + (size_t(s) * rows_total + row) * kDv, kDv * 4, mbar);
-    } else {
-      mbar_arrive(mbar);
-    }
-  };
-  int phase = 0;
-  const int col = 2 * tid;
   for (int row = c; row < rows_total; row += G) {
-    issue(row, 0);
-    if (tid >= 32 * ((kMergeGroup + 31) / 32) && tid < 32 * ((kMergeGroup + 31) / 32) + 32) {
-      const int lane = tid & 31;
-      const float row_lse = split_weights<true>(ws_lse, splits, rows_total, row, w, lane);
-      if (lane == 0) w[kMaxSplits] = row_lse;
+    if (tid < 32) {
+      const float row_lse = split_weights<true>(ws_lse, splits, rows_total, row, w, tid);
+      if (tid == 0) w[kMaxSplits] = row_lse;
     }
-    __syncthreads();  // the weights
-    float acc[2] = {0.f, 0.f};
-    for (int s0 = 0; s0 < splits; s0 += kMergeGroup) {
-      mbar_wait(mbar, phase);
-      phase ^= 1;
-      const int n = min(kMergeGroup, splits - s0);
-      for (int u = 0; u < n; ++u) {
-        const float2 v = ld_shared_v2_f32(buf + u * (kDv * 4) + col * 4);
-        merge_add(acc, w[s0 + u], reinterpret_cast<const float*>(&v));
-      }
-      if (s0 + kMergeGroup < splits) {
-        __syncthreads();  // buf read by every thread
-        issue(row, s0 + kMergeGroup);
-      }
-    }
-    merge_write(acc, o, o_f32, row, col);
+    __syncthreads();
+    merge_columns<2, true>(ws_o, w, splits, rows_total, row, 2 * tid, o, o_f32);
     if (tid == 0 && lse) lse[row] = w[kMaxSplits];
-    __syncthreads();  // w and buf are the next row's
+    __syncthreads();  // w is the next row's
   }
   if (tid == 0 && atomicAdd(grid_counters + 1, 1) == G - 1) {
     atomicExch(grid_counters, 0);
@@ -577,16 +470,14 @@ template <bool kFp8, bool kGeneral, bool kMerge>
 __device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  float* merge_w = reinterpret_cast<float*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffMergeW);
+  float* merge_w = reinterpret_cast<float*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffK0);
   const int tid = threadIdx.x, wg = tid >> 7;
   MLA_TRACE(kTraceEntry);
   pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
   pdl_wait();  // launched by gpu::launch: every kernel before it in the stream has completed
   CtaWork cw;
   if (!cta_work(p, kRows, cw)) {
-    if constexpr (kMerge)
-      merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w,
-                    sbase + kOffStage, sbase + kOffMergeBar);
+    if constexpr (kMerge) merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w);
     return;
   }
   MLA_TRACE(kTraceWork);
@@ -698,11 +589,9 @@ __device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters)
     lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
   }
   MLA_TRACE(kTraceStore);
-  store_o_staged<kMerge>(p, cw, o, ss.rr, m, lt, wg, ss.wt, ss.lane, sbase + kOffStage);
+  store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
   MLA_TRACE(kTraceEnd);
-  if constexpr (kMerge)
-    merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w,
-                  sbase + kOffStage, sbase + kOffMergeBar);
+  if constexpr (kMerge) merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w);
 }
 
 template <bool kFp8, bool kGeneral>

@@ -186,23 +186,6 @@ __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t sr
                "r"(src), "r"(c0), "r"(c1), "r"(c2)
                : "memory");
 }
-// Plain (non-tensor) bulk copies: `bytes` (a multiple of 16; both addresses 16-byte aligned) from
-// shared memory to global (bulk group of this thread; the writes that filled it need
-// fence_proxy_async and a barrier first), or from global to shared memory, completing on `bar`.
-__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, int bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, int bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-// Orders this thread's async-proxy global accesses (bulk copies) with its generic-proxy ones.
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's bulk groups but the newest N have read their shared memory (it may be written again).
 template <int N>
@@ -229,14 +212,6 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
                "r"(v.w)
                : "memory");
-}
-__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float x, float y) {
-  asm volatile("st.shared.v2.f32 [%0], {%1,%2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
-}
-__device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
-  return v;
 }
 __device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
   float v;
