@@ -25,7 +25,7 @@ if [ "$REV" = wt ]; then cp -r src bench include "$V/"; else git archive "$REV" 
 commands=$(ninja -C "$BUILD" -t commands "$TARGET")
 objs=()
 for f in "$@"; do
-  cmd=$(grep -F -- "-c $ROOT/$f -o" <<< "$commands" | head -n 1)
+  cmd=$(grep -E -- "-c $ROOT/$f( |\$)" <<< "$commands" | head -n 1 || true)  # nvcc: -c SRC -o; c++: -o OBJ -c SRC
   [ -n "$cmd" ] || { echo "build_variant: $f is not a source of $TARGET" >&2; exit 1; }
   out=$(sed -E 's/.* -o ([^ ]+).*/\1/' <<< "$cmd")
   obj=$V/obj/$(basename "$f").o
