@@ -14,8 +14,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include "platform/cuda/moe_gemm.h"
 #include "platform/cuda/sm90.cuh"
@@ -182,214 +180,149 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
   if (wide) return launch_stages<BM, kGated, 2, 2>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
   launch_stages<BM, kGated, 4, 1>(a, topk, plan, max_tiles, w0, w1, N, Kd, out, s);
 }
-// ==== Body 2: wgmma + TMA (sm_90a), 128-row tiles, clusters of two CTAs ========================
-// Persistent: each cluster of two CTAs (one CTA an SM) takes jobs (a pair of the plan's tiles, a
-// column slice; MoePlan::pairs), CTA r computing the pair's tile r. When both tiles are one expert's,
-// the two CTAs share every weight stage: CTA r brings half of the stage's weight rows by a TMA
-// multicast that writes them into both CTAs' shared memory, so an SM reads 32 KB of the L2 a stage
-// instead of 48 (the expert GEMM was bound by the L2's bandwidth: bench/NOTES.md). Otherwise each CTA
-// brings its own tile's weights, and a CTA without a tile (the plan's last pair may have one) waits
-// through the job. The two CTAs' stages turn together: a stage is free again once the consumer warps
-// of both CTAs have released it.
-// Jobs go pair by pair, each pair's column slices together: a tile's activation rows are read from
-// memory once, and an expert's tiles (adjacent) share each weight slice in the L2. A cluster's first
-// job is its index, the next ones come from the plan's counter: CTA 0's thread 0 claims job k once
-// it has issued job k − 1's last stage (so a cluster takes its next job when it is nearly free), reads
-// the pair's tiles and hands each CTA its tile through a two-slot ring in that CTA's shared memory.
-// The last cluster to finish sets the counters back to 0, so a plan serves any number of launches.
-// 384 threads a CTA: warpgroup 0 produces (gate/up: every thread gathers its activation chunks with
+// ==== Body 2: wgmma + TMA (sm_90a), 128-row tiles ============================================
+// Persistent: one block an SM takes jobs (tile, column slice): its first is blockIdx.x, the next
+// ones come from the plan's counter (so jobs start in the order the hardware would start blocks,
+// and an expert's tiles run together), and the producer brings a job's first stages while the
+// consumers store the last one's outputs. Thread 0 hands each job to the other threads through a
+// two-slot ring in shared memory. The last block to finish sets the counters back to 0, so a plan
+// serves any number of launches.
+// 384 threads: warpgroup 0 produces (gate/up: every thread gathers its activation chunks with
 // cp.async and arrives on the stage's barrier when they land, thread 0 brings the weight boxes with
 // TMA; down: thread 0 brings the tile's 128 contiguous rows as one TMA box, then the weights),
 // warpgroups 1 and 2 consume (rows [64·wg, +64) of the tile). A stage: A [128 rows][64] then each
-// weight matrix [BNW rows][64], 128-byte swizzled, K-major (the layout TMA writes and wgmma reads; a
-// half box of BNW / 2 rows lands where a whole box would put those rows).
+// weight matrix [BNW rows][64], 128-byte swizzled, K-major (the layout TMA writes and wgmma reads).
 // Past a down tile's own rows the box holds the next rows (or zeros past h's end): they only reach
 // outputs that are never stored. (A TMA box per gathered row, issued by one warp, made gate/up 4×
 // slower on the H200: bench/NOTES.md.)
 namespace hopper {
-constexpr int BM = 128, BK = 64, kStages = 4, kThreads = 384, kCluster = 2;
+constexpr int BM = 128, BK = 64, kStages = 4, kThreads = 384;
 template <bool kGated>
 struct Cfg {
   static constexpr int kB = kGated ? 2 : 1;                   // weight matrices a tile reads
   static constexpr int BNW = kGated ? 128 : 256;              // output columns of a tile
-  static constexpr int kHalfRows = BNW / 2;                   // weight rows a CTA brings of a shared stage
   static constexpr int kABytes = BM * BK * 2;                 // 16 KB
   static constexpr int kBBytes = BNW * BK * 2;                // 16 / 32 KB per weight matrix
   static constexpr int kStageBytes = kABytes + kB * kBBytes;  // 48 KB
   // A consumer warpgroup's outputs on their way out: [2 chunks of 64 columns][64 rows][64], 128-byte
   // swizzled (the layout of the TMA store); down's 256 columns go out in two rounds.
   static constexpr int kOutBytes = 2 * 64 * 128;  // 16 KB a warpgroup
-  static constexpr int kSlotInts = 4;             // a ring slot: job, expert, first row, rows (0: no tile)
   // After the stages: the two warpgroups' output buffers; full[kStages], empty[kStages], job_full[2],
-  // job_empty[2] (mbarriers), job_slot[2][kSlotInts].
-  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kOutBytes +
-                                    (2 * kStages + 4) * 8 + 2 * kSlotInts * 4;
+  // job_empty[2] (mbarriers), job_slot[2].
+  static constexpr int kSmemBytes =
+      1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kOutBytes + (2 * kStages + 4) * 8 + 2 * 4;
   static_assert(kSmemBytes <= 227 * 1024, "an H200 block holds 227 KB of shared memory");
-  // Threads that take jobs: the consumers and the producer warpgroup (down: its first warp, whose
-  // thread 0 issues the copies). CTA 0's first warp claims them and writes both CTAs' rings; CTA 0's
-  // job_empty counts the readers of both.
-  static constexpr int kJobTakers = (kGated ? 128 : 32) + 256;
-  static constexpr int kJobReaders = 2 * kJobTakers - 32;
-  static constexpr int kConsumerWarps = 8;
+  static constexpr int kJobReaders = (kGated ? 127 : 0) + 256;  // every thread but 0 that takes jobs
 };
 
-// tw0 (and tw1 = up): the weights [E, N, Kd] as a 3-D map, boxes of 64 × BNW / 2 × 1; ta (down): h
+// tw0 (and tw1 = up): the weights [E, N, Kd] as a 3-D map, boxes of 64 × BNW × 1; ta (down): h
 // [rows, Kd] as a 3-D map, boxes of 64 × 128 × 1 (gate/up gathers x from `a`); to: out [rows, N],
 // boxes of 64 × 64 × 1.
 template <bool kGated>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     moe_wgmma_k(const __grid_constant__ CUtensorMap tw0, const __grid_constant__ CUtensorMap tw1,
                 const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap to, const bf16* a,
-                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out, int xflags) {
+                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out) {
   gpu::pdl_enter();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kGated>;
-  const int slices = N / C::BNW, jobs = *plan.num_pairs * slices, nk = Kd / BK;
+  // Jobs go tile by tile, each tile's column slices together: its activation rows are read from
+  // memory once, and an expert's tiles (adjacent) share each weight slice in the L2.
+  const int slices = N / C::BNW, jobs = *plan.num_tiles * slices, nk = Kd / BK;
   extern __shared__ uint8_t smem_wg[];
   const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u, obuf = base + kStages * C::kStageBytes,
-                 bars = obuf + 2 * C::kOutBytes, slots = bars + 8u * (2 * kStages + 4);
+                 bars = obuf + 2 * C::kOutBytes;
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
   auto job_full = [&](int k) { return bars + 8u * (2 * kStages + (k & 1)); };
   auto job_empty = [&](int k) { return bars + 8u * (2 * kStages + 2 + (k & 1)); };
-  auto slot = [&](int k) { return slots + 4u * C::kSlotInts * (k & 1); };
+  int* const job_slot = reinterpret_cast<int*>(smem_wg + (bars - smem_u32(smem_wg)) + 8 * (2 * kStages + 4));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const uint32_t rank = cluster_rank(), peer = rank ^ 1u;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       // gate/up: the producers' cp.async arrivals + thread 0's expect_tx; down: thread 0's alone
       mbar_init(full(s), kGated ? 128 + 1 : 1);
-      mbar_init(empty(s), kCluster * C::kConsumerWarps);  // each consumer warp of both CTAs
+      mbar_init(empty(s), 256);  // every consumer thread releases each stage it was handed
     }
     for (int k = 0; k < 2; ++k) mbar_init(job_full(k), 1), mbar_init(job_empty(k), C::kJobReaders);
     fence_mbarrier_init();
   }
-  cluster_sync();  // both CTAs' barriers exist before either arrives on the other's
-  // This thread's view of job k: the job, its tile's expert (−1 − e when the two CTAs share its
-  // weights), first row and rows (0: no tile). CTA 0's thread 0 claims it and writes both CTAs' ring
-  // slots while the rest of its warp waits at the shuffle that hands the job on (no lane of the warp
-  // spins beside it).
-  struct Job {
-    int job, e, r0, nrows;
-  };
-  int* const counters = plan.jobs + (kGated ? 0 : 2);  // jobs handed out past the clusters, clusters done
-  auto claim_job = [&](int k) {
-    const int job = k == 0 ? int(cluster_id()) : int(cluster_count()) + atomicAdd(counters, 1);
-    int tile[kCluster] = {-1, -1}, e[kCluster] = {-1, -1};
-    if (job < jobs) {
-      const int unit = job / slices;
-      for (int r = 0; r < kCluster; ++r) {
-        tile[r] = plan.pairs[kCluster * unit + r];
-        if (tile[r] >= 0) e[r] = plan.tiles[2 * tile[r]];
-      }
-    }
-    if (k >= 2) mbar_wait<true>(job_empty(k), ((k >> 1) - 1) & 1);
-    Job mine{};
-    for (int r = 0; r < kCluster; ++r) {
-      const int r0 = tile[r] >= 0 ? plan.tiles[2 * tile[r] + 1] : 0;
-      const int rows = tile[r] >= 0 ? min(BM, plan.offsets[e[r] + 1] - r0) : 0;
-      const int v[C::kSlotInts] = {job, e[0] == e[1] && !(xflags & 1) ? -1 - e[r] : max(e[r], 0), r0, rows};
-      const uint32_t at = cluster_map(slot(k), uint32_t(r));
-      for (int i = 0; i < C::kSlotInts; ++i) st_cluster_s32(at + 4u * i, v[i]);
-      if (r == 0) mine = {v[0], v[1], v[2], v[3]};
-    }
-    for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(cluster_map(job_full(k), uint32_t(r)));
-    if (job >= jobs) {
-      __threadfence();  // this cluster's last fetch comes before its "done"
-      if (atomicAdd(counters + 1, 1) == int(cluster_count()) - 1) atomicExch(counters, 0), atomicExch(counters + 1, 0);
-    }
-    return mine;
-  };
+  __syncthreads();
+  // The k-th job of this block: thread 0 claims and publishes it, the others take it from the ring.
+  // Thread 0 claims job k once it has issued job k − 1's last stage (the consumers are kStages
+  // stages from done), so a block takes its next job when it is nearly free.
+  int* const counters = plan.jobs + (kGated ? 0 : 2);  // jobs handed out past gridDim.x, blocks done
   auto next_job = [&](int k) {
-    Job j{};
-    if (rank == 0 && warp == 0) {
-      if (lane == 0) j = claim_job(k);
-      return Job{__shfl_sync(~0u, j.job, 0), __shfl_sync(~0u, j.e, 0), __shfl_sync(~0u, j.r0, 0),
-                 __shfl_sync(~0u, j.nrows, 0)};
+    if (tid == 0) {
+      const int job = k == 0 ? int(blockIdx.x) : int(gridDim.x) + atomicAdd(counters, 1);
+      if (k >= 2) mbar_wait(job_empty(k), ((k >> 1) - 1) & 1);
+      job_slot[k & 1] = job;
+      mbar_arrive(job_full(k));
+      if (job >= jobs) {
+        __threadfence();  // this block's last fetch comes before its "done"
+        if (atomicAdd(counters + 1, 1) == int(gridDim.x) - 1) atomicExch(counters, 0), atomicExch(counters + 1, 0);
+      }
+      return job;
     }
-    mbar_wait<true>(job_full(k), (k >> 1) & 1);
-    const volatile int* v = reinterpret_cast<const volatile int*>(smem_wg + (slot(k) - smem_u32(smem_wg)));
-    j = {v[0], v[1], v[2], v[3]};
-    mbar_arrive_cluster(cluster_map(job_empty(k), 0));
-    return j;
+    mbar_wait(job_full(k), (k >> 1) & 1);
+    const int job = *static_cast<volatile int*>(job_slot + (k & 1));
+    mbar_arrive(job_empty(k));
+    return job;
   };
   // Stage uses count on across jobs (it): stage it % kStages, its phase (it / kStages) & 1.
 
   if (warp < 4) {  // ---- producer
     setmaxnreg_dec<72>();  // 128 · 72 + 256 · 216 = 384 · 168, the registers the block holds
-    if (kGated || warp == 0)
-      for (int k = 0, it = 0;; ++k) {
-        const Job j = next_job(k);
-        if (j.job >= jobs) break;
-        const bool shared = j.e < 0;
-        const int e = shared ? -1 - j.e : j.e, n0 = (j.job % slices) * C::BNW;
-        // gate/up: this thread gathers chunk column tid % 8 of rows tid / 8 + 16 i (the token row in
-        // x, −1: past the tile's rows, zero-filled)
-        [[maybe_unused]] const int c = tid & 7;
-        [[maybe_unused]] int row[kGated ? BM / 16 : 1];
-        if constexpr (kGated) {
+    if (!kGated && tid != 0) return;
+    for (int k = 0, it = 0;; ++k) {
+      const int job = next_job(k);
+      if (job >= jobs) break;
+      const int tile = job / slices, e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+      const int n0 = (job - tile * slices) * C::BNW;
+      // gate/up: this thread gathers chunk column tid % 8 of rows tid / 8 + 16 i (the token row in
+      // x, −1: past the tile's rows, zero-filled)
+      [[maybe_unused]] const int c = tid & 7;
+      [[maybe_unused]] int row[kGated ? BM / 16 : 1];
+      if constexpr (kGated) {
+        const int nrows = min(BM, plan.offsets[e + 1] - r0);
 #pragma unroll
-          for (int i = 0; i < BM / 16; ++i) {
-            const int r = (tid >> 3) + 16 * i;
-            row[i] = r < j.nrows ? plan.rows[j.r0 + r] / topk : -1;
-          }
-        }
-        for (int kt = 0; kt < nk; ++kt, ++it) {
-          const int s = it % kStages;
-          // released by both CTAs' consumers: the peer's multicast writes this stage too
-          if (it >= kStages) {
-            if (xflags & 2) mbar_wait<true>(empty(s), (it / kStages - 1) & 1);
-            else mbar_wait(empty(s), (it / kStages - 1) & 1);
-          }
-          const uint32_t sa = base + s * C::kStageBytes;
-          if constexpr (kGated) {
-#pragma unroll
-            for (int i = 0; i < BM / 16; ++i)
-              cp_async(sa + swz128((tid >> 3) + 16 * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8,
-                       row[i] >= 0);
-            cp_async_mbar_arrive(full(s));
-          }
-          if (tid == 0) {
-            mbar_expect_tx(full(s), j.nrows > 0 ? (kGated ? 0 : C::kABytes) + C::kB * C::kBBytes : 0);
-            if (j.nrows > 0) {
-              if constexpr (!kGated) tma_load_3d(sa, &ta, full(s), kt * BK, j.r0, 0);
-#pragma unroll
-              for (int b = 0; b < C::kB; ++b) {
-                const CUtensorMap* w = b == 0 ? &tw0 : &tw1;
-                const uint32_t wb = sa + C::kABytes + b * C::kBBytes;
-                if (shared) {
-                  tma_load_3d_multicast(wb + rank * (C::kBBytes / 2), w, full(s), kt * BK, n0 + int(rank) * C::kHalfRows,
-                                        e, uint16_t((1u << kCluster) - 1));
-                } else {
-                  for (int h = 0; h < 2; ++h)
-                    tma_load_3d(wb + h * (C::kBBytes / 2), w, full(s), kt * BK, n0 + h * C::kHalfRows, e);
-                }
-              }
-            }
-          }
+        for (int i = 0; i < BM / 16; ++i) {
+          const int r = (tid >> 3) + 16 * i;
+          row[i] = r < nrows ? plan.rows[r0 + r] / topk : -1;
         }
       }
+      for (int kt = 0; kt < nk; ++kt, ++it) {
+        const int s = it % kStages;
+        if (it >= kStages) mbar_wait(empty(s), (it / kStages - 1) & 1);
+        const uint32_t sa = base + s * C::kStageBytes;
+        if constexpr (kGated) {
+#pragma unroll
+          for (int i = 0; i < BM / 16; ++i)
+            cp_async(sa + swz128((tid >> 3) + 16 * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8,
+                     row[i] >= 0);
+          cp_async_mbar_arrive(full(s));
+        }
+        if (tid == 0) {
+          mbar_expect_tx(full(s), (kGated ? 0 : C::kABytes) + C::kB * C::kBBytes);
+          if constexpr (!kGated) tma_load_3d(sa, &ta, full(s), kt * BK, r0, 0);
+          tma_load_3d(sa + C::kABytes, &tw0, full(s), kt * BK, n0, e);
+          if constexpr (kGated) tma_load_3d(sa + C::kABytes + C::kBBytes, &tw1, full(s), kt * BK, n0, e);
+        }
+      }
+    }
   } else {  // ---- consumers
     const int wg = (warp >> 2) - 1, wl = warp & 3;
     setmaxnreg_inc<216>();
-    // A consumer warp hands stage s back to both CTAs' producers.
-    const auto release = [&](int s) {
-      __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(empty(s));
-        if (xflags & 2) mbar_arrive_cluster(cluster_map(empty(s), peer));
-        else mbar_arrive_remote(cluster_map(empty(s), peer));
-      }
-    };
     float acc[C::kB][C::BNW / 2];
     for (int k = 0, it = 0;; ++k) {
-      const Job j = next_job(k);
-      if (j.job >= jobs) break;
-      const int r0 = j.r0, nrows = j.nrows, n0 = (j.job % slices) * C::BNW;
-      if (wg * 64 >= nrows) {  // no tile, or an expert's last tile of ≤ 64 rows: the other warpgroup does it
+      const int job = next_job(k);
+      if (job >= jobs) break;
+      const int tile = job / slices, e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+      const int n0 = (job - tile * slices) * C::BNW, nrows = min(BM, plan.offsets[e + 1] - r0);
+      if (wg * 64 >= nrows) {  // an expert's last tile of ≤ 64 rows: the other warpgroup does it
         for (int kt = 0; kt < nk; ++kt, ++it) {
           mbar_wait(full(it % kStages), (it / kStages) & 1);
-          release(it % kStages);
+          mbar_arrive(empty(it % kStages));
         }
         continue;
       }
@@ -415,12 +348,13 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
         }
         wgmma_commit();
         wgmma_wait<1>();  // the previous stage's products are done: hand it back
-        if (kt > 0) release((it - 1) % kStages);
+        if (kt > 0) mbar_arrive(empty((it - 1) % kStages));
       }
       wgmma_wait<0>();
-      release((it - 1) % kStages);
+      mbar_arrive(empty((it - 1) % kStages));
 #pragma unroll
       for (int b = 0; b < C::kB; ++b) reg_fence(acc[b]);
+
       // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
       auto value = [&](int i) {  // output i of this thread's fragment
         if constexpr (kGated) return silu_mul_bf16(acc[0][i], acc[1][i]);
@@ -473,8 +407,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
     }
     if (wl == 0 && lane == 0) bulk_wait<0>();  // the last stores are done before the block's memory goes
   }
-  // No CTA leaves while its peer may still arrive on its barriers (releases, the last job's hand-back).
-  cluster_sync();
 #else
   __trap();  // built without sm_90a: the host never picks this body then
 #endif
@@ -499,37 +431,13 @@ void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, i
     return true;
   }();
   (void)attr;
-  // Clusters the device holds at once (asked once per device).
-  static int slots[64] = {};
-  int dev = 0;
-  MLA_GPU_CHECK(cudaGetDevice(&dev));
-  int& clusters = slots[dev & 63];
-  if (clusters == 0) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kCluster);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = C::kSmemBytes;
-    MLA_GPU_CHECK(cudaOccupancyMaxActiveClusters(&clusters, moe_wgmma_k<kGated>, &cfg));
-    if (clusters <= 0)
-      gpu::gpu_fail("CUDA", "the device holds no cluster of two CTAs of the expert GEMM", "moe_wgmma_k", __FILE__,
-                    __LINE__);
-  }
-  static const int xflags = [] {
-    const char* v = std::getenv("MLA_EXP_MOE");
-    return v ? std::atoi(v) : 0;
-  }();
-  const int cap = (xflags >> 8) > 0 ? std::min(clusters, xflags >> 8) : clusters;
-  const CUtensorMap t0 = weight_map(w0, E, N, Kd, C::kHalfRows);
-  const CUtensorMap t1 = kGated ? weight_map(w1, E, N, Kd, C::kHalfRows) : t0;
-  // One CTA an SM, one cluster a job at most: the plan has at most (max_tiles + 1) / 2 pairs.
-  const unsigned grid =
-      unsigned(kCluster * std::min<int64_t>((max_tiles + 1) / kCluster * (N / C::BNW), cap));
-  static bool told = false;
-  if (xflags && !told) std::fprintf(stderr, "moe_wgmma_k<%d>: %d clusters held, grid %u, flags %d\n", int(kGated), clusters, grid, xflags), told = true;
+  const CUtensorMap t0 = weight_map(w0, E, N, Kd, C::BNW), t1 = kGated ? weight_map(w1, E, N, Kd, C::BNW) : t0;
+  // One block an SM (at most one a job).
+  const unsigned grid = unsigned(std::min<int64_t>(max_tiles * (N / C::BNW), device_sms()));
   const CUtensorMap ta = kGated ? t0 : weight_map(a, 1, a_rows, Kd, BM);
   const CUtensorMap to = weight_map(out, 1, a_rows * topk, N, 64);  // out [a_rows · topk, N]
   gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, to, static_cast<const bf16*>(a),
-              topk, plan, int(N), int(Kd), static_cast<bf16*>(out), xflags);
+              topk, plan, int(N), int(Kd), static_cast<bf16*>(out));
 }
 
 bool available() {
