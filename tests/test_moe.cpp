@@ -17,11 +17,6 @@
 #include "mla/platform.h"
 #include "mla/platform_ops.h"
 
-#if defined(MLA_WITH_CUDA)
-#include "platform/gpu/gpu_runtime.h"
-#include "platform/gpu/moe.h"
-#endif
-
 namespace mla {
 namespace {
 
@@ -508,99 +503,6 @@ TEST_P(MoeExperts, AnIdOutsideTheExpertsAddsNothingOnTheGpus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Platforms, MoeExperts, testing::ValuesIn(kFlavours), flavour_name);
-
-#if defined(MLA_WITH_CUDA)
-// The plan's tile pairs (gpu/moe.h, MoePlan::pairs), built on the device by the one-block and the
-// many-block planners: every tile in exactly one pair; an expert's tiles paired with each other in
-// order; an expert with an odd count's last tile paired with the next such expert's, placed just
-// before that expert's own pairs; the one odd tile left over, if any, alone in the last pair.
-TEST(MoePlanPairs, EveryTileOnceAnExpertsTilesTogether) {
-  if (!platform_available(Platform::CUDA)) GTEST_SKIP() << "no CUDA device";
-  auto check = [](cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); };
-  struct Case {
-    int E;
-    std::vector<int> rows;  // rows a cycle of experts takes: expert e gets rows[e % size]
-    int extra;              // ids outside the experts among the slots
-  };
-  const int bm = gpu::kMoePairedRows;
-  for (const Case& c : {Case{4, {300, 0, 128, 129}, 3}, Case{8, {600}, 0}, Case{7, {1, 129, 257, 385}, 5},
-                        Case{64, {384, 200, 500, 0, 128, 700}, 0}, Case{256, {130, 60, 0, 260, 390}, 9},
-                        Case{3, {5}, 0}, Case{5, {128, 256}, 0}}) {
-    std::vector<int32_t> ids;
-    std::vector<int> want_rows(size_t(c.E));
-    for (int e = 0; e < c.E; ++e) {
-      want_rows[size_t(e)] = c.rows[size_t(e) % c.rows.size()];
-      for (int r = 0; r < want_rows[size_t(e)]; ++r) ids.push_back(e);
-    }
-    for (int i = 0; i < c.extra; ++i) ids.push_back(i % 2 ? -1 : c.E + i);
-    std::shuffle(ids.begin(), ids.end(), std::mt19937(uint32_t(ids.size())));
-    const int64_t n = int64_t(ids.size());
-    SCOPED_TRACE(fmt::format("E {} slots {} ({} plan blocks)", c.E, n, gpu::moe_align_blocks(n)));
-    const int64_t words = gpu::moe_plan_words(n, c.E, bm);
-    int32_t *d_ids = nullptr, *d_words = nullptr;
-    check(cudaMalloc(&d_ids, sizeof(int32_t) * size_t(n)));
-    check(cudaMalloc(&d_words, sizeof(int32_t) * size_t(words)));
-    check(cudaMemcpy(d_ids, ids.data(), sizeof(int32_t) * size_t(n), cudaMemcpyHostToDevice));
-    check(cudaMemset(d_words, 0x7f, sizeof(int32_t) * size_t(words)));
-    const gpu::MoePlan plan = gpu::moe_plan_at(d_words, n, c.E, bm);
-    gpu::moe_align(d_ids, n, c.E, bm, plan, nullptr);
-    std::vector<int32_t> h(static_cast<size_t>(words));
-    check(cudaMemcpy(h.data(), d_words, sizeof(int32_t) * size_t(words), cudaMemcpyDeviceToHost));
-    cudaFree(d_ids), cudaFree(d_words);
-    auto at = [&](const int32_t* p) { return h.data() + (p - d_words); };
-    const int32_t *tiles = at(plan.tiles), *pairs = at(plan.pairs);
-    const int nt = *at(plan.num_tiles), np = *at(plan.num_pairs);
-    // the expected counts: tiles per expert, experts with an odd count
-    int want_tiles = 0, odd = 0, whole = 0;
-    for (int e = 0; e < c.E; ++e) {
-      const int t = (want_rows[size_t(e)] + bm - 1) / bm;
-      want_tiles += t, odd += t & 1, whole += t / 2;
-    }
-    ASSERT_EQ(nt, want_tiles);
-    ASSERT_EQ(np, whole + (odd + 1) / 2);
-    std::vector<int> seen(size_t(nt), 0);
-    int odd_seen = 0, last_odd_expert = -1;
-    for (int p = 0; p < np; ++p) {
-      SCOPED_TRACE(fmt::format("pair {} of {}: tiles {} {}", p, np, pairs[2 * p], pairs[2 * p + 1]));
-      const int a = pairs[2 * p], b = pairs[2 * p + 1];
-      ASSERT_TRUE(a >= 0 && a < nt);
-      ++seen[size_t(a)];
-      const int ea = tiles[2 * a];
-      auto last_of_odd = [&](int t, int e) {  // tile t is expert e's last, and e has an odd count
-        const int count = (want_rows[size_t(e)] + bm - 1) / bm;
-        return (count & 1) && tiles[2 * t + 1] == at(plan.offsets)[e] + (count - 1) * bm;
-      };
-      if (b < 0) {  // the odd one out: last, and only when the odd experts are odd in number
-        EXPECT_EQ(p, np - 1);
-        EXPECT_EQ(odd & 1, 1);
-        EXPECT_TRUE(last_of_odd(a, ea));
-        EXPECT_GT(ea, last_odd_expert);
-        continue;
-      }
-      ASSERT_LT(b, nt);
-      ++seen[size_t(b)];
-      const int eb = tiles[2 * b];
-      if (ea == eb) {
-        EXPECT_EQ(b, a + 1) << "an expert's tiles pair in order";
-        EXPECT_EQ((tiles[2 * a + 1] - at(plan.offsets)[ea]) / bm % 2, 0) << "from its first tile on";
-      } else {
-        // two odd experts' last tiles, in expert order, the second's own pairs right after
-        EXPECT_TRUE(last_of_odd(a, ea) && last_of_odd(b, eb));
-        EXPECT_LT(ea, eb);
-        EXPECT_GT(ea, last_odd_expert);
-        last_odd_expert = eb, odd_seen += 2;
-        if ((want_rows[size_t(eb)] + bm - 1) / bm >= 2) {
-          ASSERT_LT(p + 1, np);
-          EXPECT_EQ(tiles[2 * pairs[2 * (p + 1)]], eb) << "the second expert's own pairs come next";
-          EXPECT_EQ(tiles[2 * pairs[2 * (p + 1)] + 1], at(plan.offsets)[eb]);
-        }
-      }
-    }
-    EXPECT_EQ(odd_seen, odd / 2 * 2);
-    for (int t = 0; t < nt; ++t) EXPECT_EQ(seen[size_t(t)], 1) << "tile " << t;
-  }
-}
-#endif
 
 }  // namespace
 }  // namespace mla

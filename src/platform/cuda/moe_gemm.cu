@@ -14,7 +14,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "platform/cuda/moe_gemm.h"
 #include "platform/cuda/sm90.cuh"
@@ -223,22 +222,13 @@ template <bool kGated>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_wgmma_k(const __grid_constant__ CUtensorMap tw0, const __grid_constant__ CUtensorMap tw1,
                 const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap to, const bf16* a,
-                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out, bool pair_order) {
+                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out) {
   gpu::pdl_enter();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kGated>;
   // Jobs go tile by tile, each tile's column slices together: its activation rows are read from
   // memory once, and an expert's tiles (adjacent) share each weight slice in the L2.
-  const int slices = N / C::BNW, nk = Kd / BK;
-  // pair_order (an experiment, MLA_EXP_MOE bit 3): jobs go pair by pair of the plan's pairs, each
-  // column slice of the pair's two tiles side by side (a missing tile's jobs do nothing).
-  const int jobs = pair_order ? *plan.num_pairs * 2 * slices : *plan.num_tiles * slices;
-  auto job_tile = [&](int job, int& n0) {
-    if (!pair_order) return n0 = (job % slices) * C::BNW, job / slices;
-    const int unit = job / (2 * slices), rem = job - unit * 2 * slices;
-    n0 = (rem >> 1) * C::BNW;
-    return plan.pairs[2 * unit + (rem & 1)];
-  };
+  const int slices = N / C::BNW, jobs = *plan.num_tiles * slices, nk = Kd / BK;
   extern __shared__ uint8_t smem_wg[];
   const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u, obuf = base + kStages * C::kStageBytes,
                  bars = obuf + 2 * C::kOutBytes;
@@ -287,10 +277,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int k = 0, it = 0;; ++k) {
       const int job = next_job(k);
       if (job >= jobs) break;
-      int n0;
-      const int tile = job_tile(job, n0);
-      if (tile < 0) continue;
-      const int e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+      const int tile = job / slices, e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+      const int n0 = (job - tile * slices) * C::BNW;
       // gate/up: this thread gathers chunk column tid % 8 of rows tid / 8 + 16 i (the token row in
       // x, −1: past the tile's rows, zero-filled)
       [[maybe_unused]] const int c = tid & 7;
@@ -329,10 +317,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int k = 0, it = 0;; ++k) {
       const int job = next_job(k);
       if (job >= jobs) break;
-      int n0;
-      const int tile = job_tile(job, n0);
-      if (tile < 0) continue;
-      const int e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1], nrows = min(BM, plan.offsets[e + 1] - r0);
+      const int tile = job / slices, e = plan.tiles[2 * tile], r0 = plan.tiles[2 * tile + 1];
+      const int n0 = (job - tile * slices) * C::BNW, nrows = min(BM, plan.offsets[e + 1] - r0);
       if (wg * 64 >= nrows) {  // an expert's last tile of ≤ 64 rows: the other warpgroup does it
         for (int kt = 0; kt < nk; ++kt, ++it) {
           mbar_wait(full(it % kStages), (it / kStages) & 1);
@@ -446,16 +432,12 @@ void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, i
   }();
   (void)attr;
   const CUtensorMap t0 = weight_map(w0, E, N, Kd, C::BNW), t1 = kGated ? weight_map(w1, E, N, Kd, C::BNW) : t0;
-  static const bool pair_order = [] {  // an experiment's switch: bench/NOTES.md, "The prefill expert GEMM in clusters"
-    const char* v = std::getenv("MLA_EXP_MOE");
-    return v != nullptr && (std::atoi(v) & 8) != 0;
-  }();
   // One block an SM (at most one a job).
-  const unsigned grid = unsigned(std::min<int64_t>((max_tiles + 1) * (N / C::BNW), device_sms()));
+  const unsigned grid = unsigned(std::min<int64_t>(max_tiles * (N / C::BNW), device_sms()));
   const CUtensorMap ta = kGated ? t0 : weight_map(a, 1, a_rows, Kd, BM);
   const CUtensorMap to = weight_map(out, 1, a_rows * topk, N, 64);  // out [a_rows · topk, N]
   gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, to, static_cast<const bf16*>(a),
-              topk, plan, int(N), int(Kd), static_cast<bf16*>(out), pair_order);
+              topk, plan, int(N), int(Kd), static_cast<bf16*>(out));
 }
 
 bool available() {

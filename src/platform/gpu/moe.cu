@@ -265,36 +265,6 @@ __global__ void __launch_bounds__(kRouteThreads)
 constexpr int kAlignThreads = 1024;
 static_assert(kAlignThreads >= kMoeMaxExperts, "moe_align_k takes a thread per expert");
 
-// The plan's tile pairs (moe.h, MoePlan::pairs) from each expert's tile count and first tile (thread
-// e < E holds expert e's); odd, solo: [E] shared scratch (free on entry, clobbered).
-__device__ void pair_tiles(int my_tiles, int t0, int total_tiles, int E, int* odd, int* solo, const MoePlan& plan) {
-  const int tid = threadIdx.x, mine = tid < E ? my_tiles & 1 : 0;
-  if (tid < E) odd[tid] = mine;
-  __syncthreads();
-  for (int d = 1; d < E; d <<= 1) {
-    const int v = tid < E && tid >= d ? odd[tid - d] : 0;
-    __syncthreads();
-    if (tid < E) odd[tid] += v;
-    __syncthreads();
-  }
-  const int rank = tid < E ? odd[tid] - mine : 0, total_odd = odd[E - 1];  // odd experts before e; in all
-  if (mine) solo[rank] = t0 + my_tiles - 1;
-  __syncthreads();
-  if (tid < E) {
-    // Pairs before e's: the whole pairs of the experts before it ((t0 − rank) / 2 of them) and one
-    // for each second odd expert before it.
-    int p = (t0 - rank) / 2 + rank / 2;
-    if (mine && (rank & 1)) plan.pairs[2 * p] = solo[rank - 1], plan.pairs[2 * p + 1] = t0 + my_tiles - 1, ++p;
-    for (int j = 0; j + 1 < my_tiles; j += 2, ++p) plan.pairs[2 * p] = t0 + j, plan.pairs[2 * p + 1] = t0 + j + 1;
-    if (tid == E - 1) {
-      const int np = (total_tiles - total_odd) / 2 + (total_odd + 1) / 2;
-      if (total_odd & 1) plan.pairs[2 * (np - 1)] = solo[total_odd - 1], plan.pairs[2 * (np - 1) + 1] = -1;
-      *plan.num_pairs = np;
-    }
-  }
-  __syncthreads();
-}
-
 // Every expert's first row and tile from its row count `mine` (thread e < E holds expert e's): inclusive
 // scans over the experts, a thread each (Hillis–Steele). Returns thread e's first row (0 past E).
 // With `write`, the plan's offsets, tile count and tiles, in expert order, as a pass over the experts
@@ -311,20 +281,19 @@ __device__ int place_experts(int mine, int E, int bm, int* rows, int* tiles, con
     __syncthreads();
   }
   int off = 0;
-  const int t0 = tid < E ? tiles[tid] - my_tiles : 0, total_tiles = tiles[E - 1];
   if (tid < E) {
     off = rows[tid] - mine;
+    const int t0 = tiles[tid] - my_tiles;
     if (write) {
       plan.offsets[tid] = off;
       for (int j = 0; j < my_tiles; ++j) plan.tiles[2 * (t0 + j)] = tid, plan.tiles[2 * (t0 + j) + 1] = off + j * bm;
       if (tid == E - 1) {
-        plan.offsets[E] = rows[tid], *plan.num_tiles = total_tiles;
+        plan.offsets[E] = rows[tid], *plan.num_tiles = tiles[tid];
         for (int j = 0; j < 4; ++j) plan.jobs[j] = 0;
       }
     }
   }
   __syncthreads();
-  if (write && bm == kMoePairedRows) pair_tiles(my_tiles, t0, total_tiles, E, rows, tiles, plan);
   return off;
 }
 
@@ -562,8 +531,6 @@ MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm) {
   p.num_tiles = p.tiles + 2 * moe_max_tiles(n, E, bm);
   p.jobs = p.num_tiles + 1;
   p.counts = p.jobs + 4;
-  p.pairs = p.counts + (moe_align_blocks(n) > 1 ? moe_align_blocks(n) * E : 0);
-  p.num_pairs = p.pairs + moe_max_tiles(n, E, bm) + 1;
   return p;
 }
 

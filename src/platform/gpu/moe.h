@@ -44,13 +44,6 @@ void moe_logits(const void* x, Elem xe, const void* w, Elem we, int64_t hidden, 
 // (their order within an expert is unspecified: no result depends on it), pos[slot] is the slot's
 // row in that order (−1 for an expert id outside [0, E): its output counts as zero). tiles[2j],
 // tiles[2j+1]: the expert and first row of row tile j (at most bm rows, one expert), j < *num_tiles.
-// A plan of kMoePairedRows-row tiles also lists the tiles in pairs for two-CTA clusters that share
-// their weight reads (moe_gemm.cu): pairs[2p], pairs[2p+1] are tile indices (−1: none), p <
-// *num_pairs. Each tile is in one pair. An expert's tiles pair with each other; an expert with an odd
-// count leaves its last tile to pair with the next such expert's last tile, that pair placed just
-// before the second expert's own pairs (its weights still in the L2); the last odd one out pairs with
-// none, at the end.
-constexpr int kMoePairedRows = 128;
 struct MoePlan {
   int32_t* offsets = nullptr;    // [E + 1]
   int32_t* rows = nullptr;       // [T·K]
@@ -59,8 +52,6 @@ struct MoePlan {
   int32_t* num_tiles = nullptr;  // [1]
   int32_t* jobs = nullptr;       // [4]: the prefill GEMMs' job and done counters, gate/up then down (0 between launches)
   int32_t* counts = nullptr;     // [moe_align_blocks(T·K), E]: slots per block and expert (many-block plans)
-  int32_t* pairs = nullptr;      // [max_tiles + 1]: see above (plans of kMoePairedRows rows)
-  int32_t* num_pairs = nullptr;  // [1]
 };
 // The most row tiles of bm rows that n slots over E experts can need.
 inline int64_t moe_max_tiles(int64_t n, int64_t E, int64_t bm) {
@@ -74,7 +65,7 @@ inline int64_t moe_align_blocks(int64_t n) { return n > kMoeAlignChunk ? (n + kM
 // Int32 words of device memory a plan for n slots, E experts, tiles of bm rows needs.
 inline int64_t moe_plan_words(int64_t n, int64_t E, int64_t bm) {
   const int64_t blocks = moe_align_blocks(n);
-  return (E + 1) + 2 * n + 3 * moe_max_tiles(n, E, bm) + 1 + 4 + (blocks > 1 ? blocks * E : 0) + 2;
+  return (E + 1) + 2 * n + 2 * moe_max_tiles(n, E, bm) + 1 + 4 + (blocks > 1 ? blocks * E : 0);
 }
 MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm);
 void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& plan, cudaStream_t s);
