@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/cuda/moe_ab_call.sh — one GPU call's MoE A/B from bench/cuda/moe_ab_pack.sh's file: the
-# candidate's test_moe (CUDA cases), `mla bench --moe` (each expert GEMM timed alone) for the base
+# candidate's test_moe (CUDA cases, and the plan's pair table where the tree has it), `mla bench --moe` (each expert GEMM timed alone) for the base
 # and the candidate under each value of FLAGS (MLA_EXP_MOE, an experiment's switches), two rounds,
 # then the V2-Lite prefill alternated and test_oracle, within LIMIT seconds. Results in
 # $OUT/moe_results.tar.xz (one file), the summary on stdout. Run from the repo root:
@@ -35,7 +35,7 @@ walk(json.load(open(sys.argv[1])))
 PY
 }
 echo "## test_moe ($(el) s)"
-timeout 100 "$B/cand/test_moe" --gtest_filter='*cuda*' > "$R/test_moe.txt" 2>&1; echo "rc=$?"
+timeout 100 "$B/cand/test_moe" --gtest_filter='*cuda*:MoePlan*' > "$R/test_moe.txt" 2>&1; echo "rc=$?"
 grep -E '^\[  (PASSED|FAILED)  \]|Failure' "$R/test_moe.txt" | head
 echo "## mla bench --moe ($(el) s)"
 for r in 1 2; do
