@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/cuda/moe_ab_call.sh — one GPU call's MoE A/B from bench/cuda/moe_ab_pack.sh's file: the
-# candidate's test_moe (CUDA cases, and the plan's pair table where the tree has it), `mla bench --moe` (each expert GEMM timed alone) for the base
+# candidate's test_moe (CUDA cases, and the plan's pair table where the tree has it), `mla bench
+# --moe` (each expert GEMM timed alone) for the base
 # and the candidate under each value of FLAGS (MLA_EXP_MOE, an experiment's switches), two rounds,
 # then the V2-Lite prefill alternated and test_oracle, within LIMIT seconds. Results in
 # $OUT/moe_results.tar.xz (one file), the summary on stdout. Run from the repo root:
