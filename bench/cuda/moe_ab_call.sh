@@ -7,7 +7,7 @@
 # $OUT/moe_results.tar.xz (one file), the summary on stdout. Run from the repo root:
 #   LIMIT=300 FLAGS="0 1" bash bench/cuda/moe_ab_call.sh PKG
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n 2,7p "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n 2,8p "$0"; exit 2; }
 T0=$SECONDS
 el() { echo $((SECONDS - T0)); }
 LIMIT=${LIMIT:-300} FLAGS=${FLAGS:-0} OUT=${OUT:-/tmp/moe_out}
