@@ -17,6 +17,10 @@
 #include "mla/platform.h"
 #include "mla/platform_ops.h"
 
+#if defined(MLA_WITH_CUDA)
+#include "platform/gpu/moe.h"
+#endif
+
 namespace mla {
 namespace {
 
@@ -503,6 +507,48 @@ TEST_P(MoeExperts, AnIdOutsideTheExpertsAddsNothingOnTheGpus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Platforms, MoeExperts, testing::ValuesIn(kFlavours), flavour_name);
+
+#if defined(MLA_WITH_CUDA)
+// The prefill expert GEMM's job order (gpu::moe_job_at) over plans laid out as the planner lays
+// them (an expert's tiles together, in row order): every (tile, slice) exactly once; an expert's
+// jobs the same numbers as in tile-by-tile order; within an expert, slice by slice, the expert's
+// tiles of a slice consecutive and in row order.
+TEST(MoeJobOrder, EveryTileAndSliceOnceAnExpertsTilesOfASliceTogether) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int E = 1 + int(rng() % 40), slices = 1 + int(rng() % 17), bm = trial % 3 ? 128 : 64;
+    const int choices[] = {0, 1, 5, 63, 64, 65, 127, 128, 129, 200, 256, 257, 400, 700};
+    std::vector<int32_t> offsets{0}, tiles;
+    std::vector<int> first_tile;
+    for (int e = 0; e < E; ++e) {
+      const int rows = choices[rng() % std::size(choices)];
+      first_tile.push_back(int(tiles.size() / 2));
+      for (int r = 0; r < rows; r += bm) tiles.push_back(e), tiles.push_back(offsets.back() + r);
+      offsets.push_back(offsets.back() + rows);
+    }
+    const int ntiles = int(tiles.size() / 2), jobs = ntiles * slices;
+    SCOPED_TRACE(fmt::format("trial {}: E {} slices {} bm {} tiles {}", trial, E, slices, bm, ntiles));
+    std::vector<int> seen(size_t(jobs), 0);
+    for (int job = 0; job < jobs; ++job) {
+      const gpu::MoeJob j = gpu::moe_job_at(job, slices, bm, tiles.data(), offsets.data());
+      ASSERT_GE(j.expert, 0);
+      ASSERT_LT(j.expert, E);
+      const int n = (offsets[size_t(j.expert) + 1] - offsets[size_t(j.expert)] + bm - 1) / bm, t0 = first_tile[size_t(j.expert)];
+      const int i = (j.row0 - offsets[size_t(j.expert)]) / bm;
+      ASSERT_EQ(j.row0, offsets[size_t(j.expert)] + i * bm);
+      ASSERT_GE(i, 0);
+      ASSERT_LT(i, n);
+      ASSERT_GE(j.slice, 0);
+      ASSERT_LT(j.slice, slices);
+      ASSERT_EQ(tiles[2 * size_t(t0 + i)], j.expert);
+      ++seen[size_t(t0 + i) * size_t(slices) + size_t(j.slice)];
+      ASSERT_EQ(job / slices >= t0 && job / slices < t0 + n, true) << "job " << job << " outside its expert's range";
+      ASSERT_EQ(job - t0 * slices, j.slice * n + i) << "job " << job;
+    }
+    for (int k = 0; k < jobs; ++k) ASSERT_EQ(seen[size_t(k)], 1) << "tile " << k / slices << " slice " << k % slices;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace mla

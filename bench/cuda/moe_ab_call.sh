@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench/cuda/moe_ab_call.sh — one GPU call's MoE A/B from bench/cuda/moe_ab_pack.sh's file: the
-# candidate's test_moe (CUDA cases, and the plan's pair table where the tree has it), `mla bench
-# --moe` (each expert GEMM timed alone) for the base
-# and the candidate under each value of FLAGS (MLA_EXP_MOE, an experiment's switches), two rounds,
-# then the V2-Lite prefill alternated and test_oracle, within LIMIT seconds. Results in
+# candidate's test_moe (CUDA cases and the plan's, under each value of FLAGS: MLA_EXP_MOE, an
+# experiment's switches), `mla bench --moe` (each expert GEMM timed alone) for the base and the
+# candidate under each value of FLAGS, two rounds, then the V2-Lite prefill and the 5-layer V3
+# shape's prefill alternated and test_oracle, within LIMIT seconds. Results in
 # $OUT/moe_results.tar.xz (one file), the summary on stdout. Run from the repo root:
 #   LIMIT=300 FLAGS="0 1" bash bench/cuda/moe_ab_call.sh PKG
 set -uo pipefail
@@ -35,9 +35,11 @@ def walk(x):
 walk(json.load(open(sys.argv[1])))
 PY
 }
-echo "## test_moe ($(el) s)"
-timeout 100 "$B/cand/test_moe" --gtest_filter='*cuda*:MoePlan*' > "$R/test_moe.txt" 2>&1; echo "rc=$?"
-grep -E '^\[  (PASSED|FAILED)  \]|Failure' "$R/test_moe.txt" | head
+for f in $FLAGS; do
+  echo "## test_moe, MLA_EXP_MOE=$f ($(el) s)"
+  MLA_EXP_MOE=$f timeout 100 "$B/cand/test_moe" --gtest_filter='*cuda*:MoePlan*' > "$R/test_moe_$f.txt" 2>&1
+  echo "rc=$?"; grep -E '^\[  (PASSED|FAILED)  \]|Failure' "$R/test_moe_$f.txt" | head
+done
 echo "## mla bench --moe ($(el) s)"
 for r in 1 2; do
   for v in base $(for f in $FLAGS; do echo "cand:$f"; done); do
@@ -55,6 +57,13 @@ for v in base cand base cand; do
   timeout 60 "$B/$v/mla" bench-model --random-weights deepseek-v2-lite --platform cuda --dtype bf16 --kv-dtype bf16 \
     --context 1024 --prefill 4096,8x1024 --batch 1 --overlap --reps 1 > "$R/v2l_$v.json" 2> "$R/v2l_$v.err"
   echo "$v rc=$?"; grep -E "prefill [0-9]" "$R/v2l_$v.err"
+done
+echo "## V3 shape, 5 layers, prefill ($(el) s)"
+for v in base cand base cand; do
+  [ "$(el)" -gt $((LIMIT - 70)) ] && break
+  timeout 60 "$B/$v/mla" bench-model --random-weights deepseek-v3:5 --platform cuda --dtype bf16 --kv-dtype bf16 \
+    --context 4096 --prefill 4096,8x1024 --batch 1 --overlap --reps 1 > "$R/v3_$v.json" 2> "$R/v3_$v.err"
+  echo "$v rc=$?"; grep -E "prefill [0-9]" "$R/v3_$v.err"
 done
 if [ "$(el)" -lt $((LIMIT - 60)) ]; then
   echo "## test_oracle CUDA + ROCm-on-CUDA ($(el) s)"
