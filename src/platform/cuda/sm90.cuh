@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "platform/gpu/elem.cuh"
+
 namespace mla::cuda::sm90 {
 
 // ---- addresses and conversions ---------------------------------------------------------------
@@ -23,12 +25,12 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-// silu(g) · u of two f32 products as bf16 stores them: each rounded to bf16, then silu_mul's formula
+// silu(g) · u of two f32 products as bf16 stores them: each rounded to bf16, then gpu::silu_times
 // (the gate/up epilogues of the expert and small-row GEMMs: the bits of two stores and silu_mul).
 __device__ __forceinline__ float silu_mul_bf16(float g, float u) {
   g = __bfloat162float(__float2bfloat16_rn(g));
   u = __bfloat162float(__float2bfloat16_rn(u));
-  return g / (1.f + expf(-g)) * u;
+  return gpu::silu_times(g, u);
 }
 // Two floats → packed bf16x2, `lo` in the low half (the lower column of an mma fragment).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

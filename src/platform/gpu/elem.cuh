@@ -26,6 +26,10 @@ __device__ __forceinline__ void store_elem(void* p, Elem e, size_t i, float v) {
   }
 }
 
+// SiLU(g) · u: the one formula of every GPU kernel that applies it, fused into a GEMM or not, so a
+// value's bits do not depend on the kernel that made it.
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
 // v as element type e stores it (what a later load returns).
 __device__ __forceinline__ float round_as(float v, Elem e) {
   if (e == Elem::F32) return v;

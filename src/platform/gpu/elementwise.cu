@@ -137,7 +137,7 @@ __global__ void silu_mul_k(const void* g, const void* u, Elem e, void* out, size
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float x = load_elem(g, e, i);
-  store_elem(out, e, i, x / (1.f + expf(-x)) * load_elem(u, e, i));
+  store_elem(out, e, i, silu_times(x, load_elem(u, e, i)));
 }
 
 // ---- bf16 fast paths: 8 values (16 bytes) a load; the same per-element math as above ---------
@@ -201,7 +201,7 @@ __global__ void binary_bf16x8_k(const uint4* x, const uint4* y, uint4* out, size
   unpack_bf16x8(x[i], a);
   unpack_bf16x8(y[i], b);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) a[j] = kSilu ? a[j] / (1.f + expf(-a[j])) * b[j] : a[j] + b[j];
+  for (int j = 0; j < 8; ++j) a[j] = kSilu ? silu_times(a[j], b[j]) : a[j] + b[j];
   out[i] = pack_bf16x8(a);
 }
 

@@ -416,7 +416,7 @@ __global__ void moe_gemm_generic_k(const void* a, Elem ae, int topk, MoePlan pla
     float v = acc[0][j];
     if constexpr (kGated) {  // the products as the activation dtype stores them, then silu · up
       const float g = round_as(v, oe), u = round_as(acc[1][j], oe);
-      v = g / (1.f + expf(-g)) * u;
+      v = silu_times(g, u);
     }
     store_elem(out, oe, size_t(int64_t(r0 + r) * N + n), v);
   }
