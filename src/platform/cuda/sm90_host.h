@@ -17,7 +17,6 @@ bool sm90a_runs(const void* kernel);
 // A tiled TMA map over a bf16 tensor of `rank` dimensions (innermost first): dims in elements,
 // strides in bytes of dimensions 1 .. rank−1, box in elements (box[0] · 2 ≤ 128 bytes), 128-byte
 // swizzle, out-of-bounds elements zero-filled. Throws a one-line error if the driver rejects it.
-CUtensorMap bf16_tensor_map(void* ptr, int rank, const uint64_t* dims, const uint64_t* strides, const uint32_t* box,
-                            CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
+CUtensorMap bf16_tensor_map(void* ptr, int rank, const uint64_t* dims, const uint64_t* strides, const uint32_t* box);
 
 }  // namespace mla::cuda
