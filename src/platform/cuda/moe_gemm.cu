@@ -4,12 +4,10 @@
 //                 steps, 128B-swizzled shared memory, ldmatrix, mma.sync m16n8k16); decode sizes.
 //   moe_wgmma_k — sm_90a, 128-row tiles (prefill), one persistent block an SM: a producer warpgroup
 //                 gathers the activation rows with cp.async (gate/up) or brings them as one TMA box
-//                 (down: a tile's rows are contiguous), and the weights with TMA, into 6 stages of 32
-//                 reduction columns (64-byte swizzle); two
+//                 (down: a tile's rows are contiguous), and the weights with TMA, into 4 stages; two
 //                 consumer warpgroups (64 rows each) run wgmma on 128 gate + 128 up or 256 down
-//                 columns and hand their sums as bf16 to two output warps, which apply
-//                 SiLU-and-multiply and stores them (TMA, or row by row at an expert's last rows)
-//                 while the consumers run the next job.
+//                 columns; a warpgroup's 64 output rows leave through shared memory (stmatrix) and
+//                 TMA stores, 128 columns a round, unless some of them are past its expert's rows.
 // The gate/up kernels read both projections and apply SiLU-and-multiply in their epilogue. Each
 // output element sums its reduction in one fixed order (k16 steps in index order, no split-K), so
 // a token's row never depends on the batch or on the body that ran it.
@@ -186,45 +184,35 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
 // Persistent: one block an SM takes jobs (tile, column slice): its first is blockIdx.x, the next
 // ones come from the plan's counter (so jobs start in the order the hardware would start blocks,
 // and an expert's tiles run together), and the producer brings a job's first stages while the
-// consumers finish the last one. Thread 0 hands each job to the producer and consumer threads
-// through a two-slot ring in shared memory. The last block to finish sets the counters back to 0,
-// so a plan serves any number of launches.
-// 384 threads: warps 0–1 produce (gate/up: every thread gathers its activation chunks with cp.async
-// and arrives on the stage's barrier when they land, thread 0 brings the weight boxes with TMA;
-// down: thread 0 brings the tile's 128 contiguous rows as one TMA box, then the weights), warps 2–3
-// finish the outputs, warpgroups 1 and 2 consume (rows [64·wg, +64) of the tile). (A fourth
-// warpgroup for the outputs would cap every thread at 128 registers: too few for wgmma's sums.) A
-// stage: A [128 rows][32] then each weight matrix [BNW rows][32], 64-byte swizzled, K-major (the
-// layout TMA writes and wgmma reads). Past a down tile's own rows the box holds the next rows (or
-// zeros past h's end): they only reach outputs that are never stored. (A TMA box per gathered row,
-// issued by one warp, made gate/up 4× slower on the H200: bench/NOTES.md.)
-// A consumer warpgroup hands its 64 × 256 sums to the output warps as bf16 (gate and up, or
-// down's 256 columns) in its half of a staging buffer and goes on to its next job's products; the
-// output warps apply SiLU-and-multiply (gate/up) and stores them: by TMA when all 64 rows are
-// the tile's own, otherwise row by row up to the expert's last row (the next rows belong to
-// another expert's tile). SiLU rounds its inputs to bf16 first, so the staged values give the bits
-// the registers gave.
+// consumers store the last one's outputs. Thread 0 hands each job to the other threads through a
+// two-slot ring in shared memory. The last block to finish sets the counters back to 0, so a plan
+// serves any number of launches.
+// 384 threads: warpgroup 0 produces (gate/up: every thread gathers its activation chunks with
+// cp.async and arrives on the stage's barrier when they land, thread 0 brings the weight boxes with
+// TMA; down: thread 0 brings the tile's 128 contiguous rows as one TMA box, then the weights),
+// warpgroups 1 and 2 consume (rows [64·wg, +64) of the tile). A stage: A [128 rows][64] then each
+// weight matrix [BNW rows][64], 128-byte swizzled, K-major (the layout TMA writes and wgmma reads).
+// Past a down tile's own rows the box holds the next rows (or zeros past h's end): they only reach
+// outputs that are never stored. (A TMA box per gathered row, issued by one warp, made gate/up 4×
+// slower on the H200: bench/NOTES.md.)
 namespace hopper {
-constexpr int BM = 128, BK = 32, kStages = 6, kThreads = 384, kGather = 64;  // kGather: producer threads
+constexpr int BM = 128, BK = 64, kStages = 4, kThreads = 384;
 template <bool kGated>
 struct Cfg {
   static constexpr int kB = kGated ? 2 : 1;                   // weight matrices a tile reads
   static constexpr int BNW = kGated ? 128 : 256;              // output columns of a tile
-  static constexpr int kABytes = BM * BK * 2;                 // 8 KB
-  static constexpr int kBBytes = BNW * BK * 2;                // 8 / 16 KB per weight matrix
-  static constexpr int kStageBytes = kABytes + kB * kBBytes;  // 24 KB
-  // A consumer warpgroup's half of the staging buffer: 4 chunks [64 rows][64 columns] bf16,
-  // 128-byte swizzled (the layout of the TMA store): gate in chunks 0–1 and up in 2–3 (SiLU's
-  // results go back into 0–1), or down's 256 columns.
-  static constexpr int kChunkBytes = 64 * 128, kHalfBytes = 4 * kChunkBytes;  // 8 KB, 32 KB
-  static constexpr int kOutChunks = BNW / 64;                                 // chunks stored: 2 / 4
-  // After the stages: the two staging halves; full[kStages], empty[kStages], job_full[2],
-  // job_empty[2], staged[2], drained[2] (mbarriers), job_slot[2], meta[2] (int4: first row, first
-  // column, rows).
-  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kHalfBytes +
-                                    (2 * kStages + 8) * 8 + 2 * 4 + 2 * 16;
+  static constexpr int kABytes = BM * BK * 2;                 // 16 KB
+  static constexpr int kBBytes = BNW * BK * 2;                // 16 / 32 KB per weight matrix
+  static constexpr int kStageBytes = kABytes + kB * kBBytes;  // 48 KB
+  // A consumer warpgroup's outputs on their way out: [2 chunks of 64 columns][64 rows][64], 128-byte
+  // swizzled (the layout of the TMA store); down's 256 columns go out in two rounds.
+  static constexpr int kOutBytes = 2 * 64 * 128;  // 16 KB a warpgroup
+  // After the stages: the two warpgroups' output buffers; full[kStages], empty[kStages], job_full[2],
+  // job_empty[2] (mbarriers), job_slot[2].
+  static constexpr int kSmemBytes =
+      1024 /*alignment slack*/ + kStages * kStageBytes + 2 * kOutBytes + (2 * kStages + 4) * 8 + 2 * 4;
   static_assert(kSmemBytes <= 227 * 1024, "an H200 block holds 227 KB of shared memory");
-  static constexpr int kJobReaders = (kGated ? kGather - 1 : 0) + 256;  // every thread but 0 that takes jobs
+  static constexpr int kJobReaders = (kGated ? 127 : 0) + 256;  // every thread but 0 that takes jobs
 };
 
 // tw0 (and tw1 = up): the weights [E, N, Kd] as a 3-D map, boxes of 64 × BNW × 1; ta (down): h
@@ -239,29 +227,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kGated>;
   // Jobs in gpu::moe_job_at's order: expert by expert, each expert's tiles of a column slice side
-  // by side.
+  // by side (tile by tile, V3's gate/up took 5.5 % longer and its down 7 %).
   const int slices = N / C::BNW, jobs = *plan.num_tiles * slices, nk = Kd / BK;
   extern __shared__ uint8_t smem_wg[];
-  const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u, stg = base + kStages * C::kStageBytes,
-                 bars = stg + 2 * C::kHalfBytes;
+  const uint32_t base = (smem_u32(smem_wg) + 1023u) & ~1023u, obuf = base + kStages * C::kStageBytes,
+                 bars = obuf + 2 * C::kOutBytes;
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
   auto job_full = [&](int k) { return bars + 8u * (2 * kStages + (k & 1)); };
   auto job_empty = [&](int k) { return bars + 8u * (2 * kStages + 2 + (k & 1)); };
-  auto staged = [&](int w) { return bars + 8u * (2 * kStages + 4 + w); };   // a half holds sums
-  auto drained = [&](int w) { return bars + 8u * (2 * kStages + 6 + w); };  // … and may be written again
-  uint8_t* const tail = smem_wg + (bars - smem_u32(smem_wg)) + 8 * (2 * kStages + 8);
-  int* const job_slot = reinterpret_cast<int*>(tail);
-  int4* const meta = reinterpret_cast<int4*>(tail + 16);
+  int* const job_slot = reinterpret_cast<int*>(smem_wg + (bars - smem_u32(smem_wg)) + 8 * (2 * kStages + 4));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       // gate/up: the producers' cp.async arrivals + thread 0's expect_tx; down: thread 0's alone
-      mbar_init(full(s), kGated ? kGather + 1 : 1);
+      mbar_init(full(s), kGated ? 128 + 1 : 1);
       mbar_init(empty(s), 256);  // every consumer thread releases each stage it was handed
     }
     for (int k = 0; k < 2; ++k) mbar_init(job_full(k), 1), mbar_init(job_empty(k), C::kJobReaders);
-    for (int w = 0; w < 2; ++w) mbar_init(staged(w), 128), mbar_init(drained(w), 1);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -288,25 +271,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // Stage uses count on across jobs (it): stage it % kStages, its phase (it / kStages) & 1.
 
-  // Every role fits the 168 registers a thread of 384 may hold (ptxas: no spills), so no warpgroup
-  // moves its budget (setmaxnreg.inc past what the block was given at launch would wait forever).
-  if (warp < 2) {  // ---- producer
+  if (warp < 4) {  // ---- producer
+    setmaxnreg_dec<72>();  // 128 · 72 + 256 · 216 = 384 · 168, the registers the block holds
     if (!kGated && tid != 0) return;
     for (int k = 0, it = 0;; ++k) {
       const int job = next_job(k);
       if (job >= jobs) break;
       const auto [e, r0, slice] = gpu::moe_job_at(job, slices, BM, plan.tiles, plan.offsets);
       const int n0 = slice * C::BNW;
-      // gate/up: this thread gathers 16-byte unit tid % 4 of rows tid / 4 + 16 i (the token row in
+      // gate/up: this thread gathers chunk column tid % 8 of rows tid / 8 + 16 i (the token row in
       // x, −1: past the tile's rows, zero-filled)
-      constexpr int kUnits = BK * 2 / 16, kRowsEach = kGated ? BM * kUnits / kGather : 1, kStep = kGather / kUnits;
-      [[maybe_unused]] const int c = tid % kUnits;
-      [[maybe_unused]] int row[kRowsEach];
+      [[maybe_unused]] const int c = tid & 7;
+      [[maybe_unused]] int row[kGated ? BM / 16 : 1];
       if constexpr (kGated) {
         const int nrows = min(BM, plan.offsets[e + 1] - r0);
 #pragma unroll
-        for (int i = 0; i < kRowsEach; ++i) {
-          const int r = tid / kUnits + kStep * i;
+        for (int i = 0; i < BM / 16; ++i) {
+          const int r = (tid >> 3) + 16 * i;
           row[i] = r < nrows ? plan.rows[r0 + r] / topk : -1;
         }
       }
@@ -316,8 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t sa = base + s * C::kStageBytes;
         if constexpr (kGated) {
 #pragma unroll
-          for (int i = 0; i < kRowsEach; ++i)
-            cp_async(sa + swz64(tid / kUnits + kStep * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8,
+          for (int i = 0; i < BM / 16; ++i)
+            cp_async(sa + swz128((tid >> 3) + 16 * i, c), a + size_t(max(row[i], 0)) * Kd + kt * BK + c * 8,
                      row[i] >= 0);
           cp_async_mbar_arrive(full(s));
         }
@@ -329,139 +310,103 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-  } else if (warp >= 4) {  // ---- consumers
+  } else {  // ---- consumers
     const int wg = (warp >> 2) - 1, wl = warp & 3;
-    const uint32_t half = stg + wg * C::kHalfBytes;
+    setmaxnreg_inc<216>();
     float acc[C::kB][C::BNW / 2];
     for (int k = 0, it = 0;; ++k) {
       const int job = next_job(k);
-      // The staging half is free again once the output warps have taken the job before's sums.
-      auto wait_drained = [&] {
-        if (k > 0) mbar_wait(drained(wg), (k - 1) & 1);
-      };
-      if (job >= jobs) {  // tell the output warps there is nothing more
-        wait_drained();
-        if (wl == 0 && lane == 0) meta[wg] = make_int4(0, 0, -1, 0);
-        mbar_arrive(staged(wg));
-        break;
-      }
+      if (job >= jobs) break;
       const auto [e, r0, slice] = gpu::moe_job_at(job, slices, BM, plan.tiles, plan.offsets);
       const int n0 = slice * C::BNW;
-      const int rows = min(64, plan.offsets[e + 1] - r0 - wg * 64);
-      if (rows <= 0) {  // an expert's last tile of ≤ 64 rows: the other warpgroup does it
+      const int nrows = min(BM, plan.offsets[e + 1] - r0);
+      if (wg * 64 >= nrows) {  // an expert's last tile of ≤ 64 rows: the other warpgroup does it
         for (int kt = 0; kt < nk; ++kt, ++it) {
           mbar_wait(full(it % kStages), (it / kStages) & 1);
           mbar_arrive(empty(it % kStages));
         }
-        wait_drained();
-      } else {
+        continue;
+      }
 #pragma unroll
-        for (int b = 0; b < C::kB; ++b)
+      for (int b = 0; b < C::kB; ++b)
 #pragma unroll
-          for (int i = 0; i < C::BNW / 2; ++i) acc[b][i] = 0.f;
-        for (int kt = 0; kt < nk; ++kt, ++it) {
-          const int s = it % kStages;
-          mbar_wait(full(s), (it / kStages) & 1);
-          if constexpr (kGated) fence_proxy_async();  // the cp.async (generic proxy) rows → wgmma (async proxy)
-          const uint32_t sa = base + s * C::kStageBytes;
-          wgmma_fence();
+        for (int i = 0; i < C::BNW / 2; ++i) acc[b][i] = 0.f;
+      for (int kt = 0; kt < nk; ++kt, ++it) {
+        const int s = it % kStages;
+        mbar_wait(full(s), (it / kStages) & 1);
+        if constexpr (kGated) fence_proxy_async();  // the cp.async (generic proxy) rows → wgmma (async proxy)
+        const uint32_t sa = base + s * C::kStageBytes;
+        wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < BK / 16; ++kk) {
-            const uint64_t da = sw64_desc(sa + wg * 64 * (BK * 2) + kk * 32, 512);
+        for (int kk = 0; kk < BK / 16; ++kk) {
+          const uint64_t da = sw128_desc(sa + wg * 64 * 128 + kk * 32, 16, 1024);
 #pragma unroll
-            for (int b = 0; b < C::kB; ++b) {
-              const uint64_t db = sw64_desc(sa + C::kABytes + b * C::kBBytes + kk * 32, 512);
-              if constexpr (C::BNW == 256) wgmma_m64n256k16_ss<0, 0>(acc[b], da, db, 1);
-              else wgmma_m64n128k16_ss<0, 0>(acc[b], da, db, 1);
-            }
+          for (int b = 0; b < C::kB; ++b) {
+            const uint64_t db = sw128_desc(sa + C::kABytes + b * C::kBBytes + kk * 32, 16, 1024);
+            if constexpr (C::BNW == 256) wgmma_m64n256k16_ss<0, 0>(acc[b], da, db, 1);
+            else wgmma_m64n128k16_ss<0, 0>(acc[b], da, db, 1);
           }
-          wgmma_commit();
-          wgmma_wait<1>();  // the previous stage's products are done: hand it back
-          if (kt > 0) mbar_arrive(empty((it - 1) % kStages));
         }
-        wgmma_wait<0>();
-        mbar_arrive(empty((it - 1) % kStages));
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous stage's products are done: hand it back
+        if (kt > 0) mbar_arrive(empty((it - 1) % kStages));
+      }
+      wgmma_wait<0>();
+      mbar_arrive(empty((it - 1) % kStages));
 #pragma unroll
-        for (int b = 0; b < C::kB; ++b) reg_fence(acc[b]);
-        // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
-        // Into the half as bf16 by stmatrix: 128 columns a round q (gate, up; or down's two), lane →
-        // the row address it gives stmatrix: row (lane & 7) + 8 h of its warp's 16, 8-column block t
-        // of the pair, for matrix i = lane / 8 = 2 t + h.
+      for (int b = 0; b < C::kB; ++b) reg_fence(acc[b]);
+
+      // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
+      auto value = [&](int i) {  // output i of this thread's fragment
+        if constexpr (kGated) return silu_mul_bf16(acc[0][i], acc[1][i]);
+        else return acc[0][i];
+      };
+      if (wg * 64 + 64 <= nrows) {
+        // All 64 rows are the tile's own: through shared memory (stmatrix) and out by TMA, 128 columns
+        // a round, while the other warpgroup and the producer go on. The leader waits for its last
+        // store to have read the buffer before anyone writes it again.
+        const uint32_t ob = obuf + wg * C::kOutBytes;
+        const bool leader = wl == 0 && lane == 0;
+        // lane → the row address it gives stmatrix: row (lane & 7) + 8 h of its warp's 16, 8-column
+        // block t of the pair, for matrix i = lane / 8 = 2 t + h
         const int mrow = wl * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), mcol = lane >> 4;
-        wait_drained();
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const float* v = acc[kGated ? q : 0] + (kGated ? 0 : q * 64);
+        for (int rd = 0; rd < C::BNW / 128; ++rd) {
+          if (leader) bulk_wait_read<0>();
+          named_bar_sync(1 + wg, 128);
 #pragma unroll
           for (int j = 0; j < 16; j += 2) {
             uint32_t r[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const int f = 4 * (j + (i >> 1)) + 2 * (i & 1);
-              r[i] = pack_bf16(v[f], v[f + 1]);
+              const int f = 4 * (rd * 16 + j + (i >> 1)) + 2 * (i & 1);
+              r[i] = pack_bf16(value(f), value(f + 1));
             }
             const int cb = j + mcol;  // 8-column block of the round's 128 columns
-            stmatrix_x4(half + (2 * q + (cb >> 3)) * C::kChunkBytes + swz128(mrow, cb & 7), r);
+            stmatrix_x4(ob + (cb >> 3) * (64 * 128) + swz128(mrow, cb & 7), r);
           }
-        }
-        fence_proxy_async();  // the TMA store reads what stmatrix wrote
-      }
-      if (wl == 0 && lane == 0) meta[wg] = make_int4(r0 + wg * 64, n0, max(rows, 0), 0);
-      mbar_arrive(staged(wg));
-    }
-  } else {  // ---- output warps
-    const int t = tid - 64;
-    for (int k = 0;; ++k) {
-      uint4 m[2];
-#pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        mbar_wait(staged(w), k & 1);
-        m[w] = ld_shared_v4(smem_u32(meta + w));
-      }
-      if (int(m[0].z) < 0) break;  // both consumers see the same jobs
-#pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        const uint32_t half = stg + w * C::kHalfBytes;
-        const int row0 = int(m[w].x), n0 = int(m[w].y), rows = int(m[w].z);
-        // 16-byte pieces p = t + 64 i: chunk p / 512, row (p / 8) % 64, 8-column block p % 8; gate/up
-        // turns the gate and up pieces into SiLU(gate) · up in the gate's place.
-        constexpr int kPieces = C::kOutChunks * 512 / 64;
-        if (rows > 0 && (kGated || rows < 64)) {
-#pragma unroll 8
-          for (int i = 0; i < kPieces; ++i) {
-            const int p = t + 64 * i, ch = p >> 9, r = (p >> 3) & 63, x = p & 7;
-            const uint32_t at = half + ch * C::kChunkBytes + swz128(r, x);
-            uint4 v = ld_shared_v4(at);
-            if constexpr (kGated) {
-              const uint4 u = ld_shared_v4(at + 2 * C::kChunkBytes);
-              uint32_t* vw = &v.x;
-              const uint32_t* uw = &u.x;
-#pragma unroll
-              for (int c = 0; c < 4; ++c) {
-                const __nv_bfloat162 g2 = *reinterpret_cast<const __nv_bfloat162*>(vw + c),
-                                     u2 = *reinterpret_cast<const __nv_bfloat162*>(uw + c);
-                vw[c] = pack_bf16(silu_mul_bf16(__low2float(g2), __low2float(u2)),
-                                  silu_mul_bf16(__high2float(g2), __high2float(u2)));
-              }
-              if (rows == 64) st_shared_v4(at, v);
-            }
-            if (rows < 64 && r < rows)
-              *reinterpret_cast<uint4*>(out + size_t(row0 + r) * N + n0 + ch * 64 + x * 8) = v;
-          }
-          if (rows == 64) fence_proxy_async();
-        }
-        named_bar_sync(3, 64);  // every piece read (and SiLU's written) before the stores and the hand-back
-        if (t == 0) {
-          if (rows == 64) {
-            for (int c = 0; c < C::kOutChunks; ++c) tma_store_3d(&to, half + c * C::kChunkBytes, n0 + c * 64, row0, 0);
+          fence_proxy_async();
+          named_bar_sync(1 + wg, 128);
+          if (leader) {
+            for (int c = 0; c < 2; ++c) tma_store_3d(&to, ob + c * (64 * 128), n0 + rd * 128 + c * 64, r0 + wg * 64, 0);
             bulk_commit();
-            bulk_wait_read<0>();
           }
-          mbar_arrive(drained(w));
+        }
+        continue;
+      }
+      // An expert's last rows: stored straight from registers, row by row.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wg * 64 + wl * 16 + (lane >> 2) + 8 * h;
+        if (r >= nrows) continue;
+        bf16* o = out + size_t(r0 + r) * N + n0 + 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < C::BNW / 8; ++j) {
+          *reinterpret_cast<uint32_t*>(o + 8 * j) = pack_bf16(value(4 * j + 2 * h), value(4 * j + 2 * h + 1));
         }
       }
     }
-    if (t == 0) bulk_wait<0>();  // the last stores are done before the block's memory goes
+    if (wl == 0 && lane == 0) bulk_wait<0>();  // the last stores are done before the block's memory goes
   }
 #else
   __trap();  // built without sm_90a: the host never picks this body then
@@ -470,12 +415,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // The weights [E, N, Kd] bf16 as boxes of 64 reduction columns × `rows` output rows × 1 expert (also
 // the activations [N rows, Kd] as one "expert").
-CUtensorMap weight_map(const void* w, int64_t E, int64_t N, int64_t Kd, int rows, int box_k = BK) {
+CUtensorMap weight_map(const void* w, int64_t E, int64_t N, int64_t Kd, int rows) {
   const uint64_t dims[3] = {uint64_t(Kd), uint64_t(N), uint64_t(E)};
   const uint64_t strides[2] = {uint64_t(Kd) * 2, uint64_t(N * Kd) * 2};
-  const uint32_t box[3] = {uint32_t(box_k), uint32_t(rows), 1};
-  return bf16_tensor_map_swizzled(const_cast<void*>(w), 3, dims, strides, box,
-                                  box_k == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B);
+  const uint32_t box[3] = {uint32_t(BK), uint32_t(rows), 1};
+  return bf16_tensor_map(const_cast<void*>(w), 3, dims, strides, box);
 }
 
 template <bool kGated>
@@ -492,7 +436,7 @@ void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, i
   // One block an SM (at most one a job).
   const unsigned grid = unsigned(std::min<int64_t>(max_tiles * (N / C::BNW), device_sms()));
   const CUtensorMap ta = kGated ? t0 : weight_map(a, 1, a_rows, Kd, BM);
-  const CUtensorMap to = weight_map(out, 1, a_rows * topk, N, 64, 64);  // out [a_rows · topk, N]
+  const CUtensorMap to = weight_map(out, 1, a_rows * topk, N, 64);  // out [a_rows · topk, N]
   gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, to, static_cast<const bf16*>(a),
               topk, plan, int(N), int(Kd), static_cast<bf16*>(out));
 }

@@ -50,17 +50,13 @@ bool sm90a_runs(const void* kernel) {
 }
 
 CUtensorMap bf16_tensor_map(void* ptr, int rank, const uint64_t* dims, const uint64_t* strides, const uint32_t* box) {
-  return bf16_tensor_map_swizzled(ptr, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
-}
-CUtensorMap bf16_tensor_map_swizzled(void* ptr, int rank, const uint64_t* dims, const uint64_t* strides,
-                                     const uint32_t* box, CUtensorMapSwizzle swizzle) {
   CUtensorMap m;
   cuuint64_t d[5], s[4];
   cuuint32_t b[5], e[5];
   for (int i = 0; i < rank; ++i) d[i] = dims[i], b[i] = box[i], e[i] = 1;
   for (int i = 0; i + 1 < rank; ++i) s[i] = strides[i];
   const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cuuint32_t(rank), ptr, d, s, b, e,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) gpu::gpu_fail("CUDA driver", "tensor map rejected", "cuTensorMapEncodeTiled", __FILE__, __LINE__);
   return m;

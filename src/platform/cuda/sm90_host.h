@@ -18,8 +18,5 @@ bool sm90a_runs(const void* kernel);
 // strides in bytes of dimensions 1 .. rank−1, box in elements (box[0] · 2 ≤ 128 bytes), 128-byte
 // swizzle, out-of-bounds elements zero-filled. Throws a one-line error if the driver rejects it.
 CUtensorMap bf16_tensor_map(void* ptr, int rank, const uint64_t* dims, const uint64_t* strides, const uint32_t* box);
-// ... with another swizzle than 128 bytes.
-CUtensorMap bf16_tensor_map_swizzled(void* ptr, int rank, const uint64_t* dims, const uint64_t* strides,
-                                     const uint32_t* box, CUtensorMapSwizzle swizzle);
 
 }  // namespace mla::cuda
