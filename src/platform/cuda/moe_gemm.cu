@@ -14,7 +14,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "platform/cuda/moe_gemm.h"
 #include "platform/cuda/sm90.cuh"
@@ -223,7 +222,7 @@ template <bool kGated>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_wgmma_k(const __grid_constant__ CUtensorMap tw0, const __grid_constant__ CUtensorMap tw1,
                 const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap to, const bf16* a,
-                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out, int flags) {
+                int topk, gpu::MoePlan plan, int N, int Kd, bf16* out) {
   gpu::pdl_enter();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kGated>;
@@ -278,11 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int k = 0, it = 0;; ++k) {
       const int job = next_job(k);
       if (job >= jobs) break;
-      auto [e, r0, slice] = gpu::moe_job_at(job, slices, BM, plan.tiles, plan.offsets);
-      if (flags & 1) {  // experiment: tile by tile
-        const int tm = job / slices;
-        e = plan.tiles[2 * tm], r0 = plan.tiles[2 * tm + 1], slice = job - tm * slices;
-      }
+      const auto [e, r0, slice] = gpu::moe_job_at(job, slices, BM, plan.tiles, plan.offsets);
       const int n0 = slice * C::BNW;
       // gate/up: this thread gathers chunk column tid % 8 of rows tid / 8 + 16 i (the token row in
       // x, −1: past the tile's rows, zero-filled)
@@ -322,11 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int k = 0, it = 0;; ++k) {
       const int job = next_job(k);
       if (job >= jobs) break;
-      auto [e, r0, slice] = gpu::moe_job_at(job, slices, BM, plan.tiles, plan.offsets);
-      if (flags & 1) {  // experiment: tile by tile
-        const int tm = job / slices;
-        e = plan.tiles[2 * tm], r0 = plan.tiles[2 * tm + 1], slice = job - tm * slices;
-      }
+      const auto [e, r0, slice] = gpu::moe_job_at(job, slices, BM, plan.tiles, plan.offsets);
       const int n0 = slice * C::BNW;
       const int nrows = min(BM, plan.offsets[e + 1] - r0);
       if (wg * 64 >= nrows) {  // an expert's last tile of ≤ 64 rows: the other warpgroup does it
@@ -367,14 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // Fragment: acc[b][4j + 2h + {0, 1}] is row 16·wl + lane/4 + 8h, columns 8j + 2·(lane%4) + {0, 1}.
       auto value = [&](int i) {  // output i of this thread's fragment
-        if constexpr (kGated) {
-          if (flags & 2) {  // experiment: SiLU by ex2.approx and an approximate division
-            const float g = __bfloat162float(__float2bfloat16_rn(acc[0][i])),
-                        u = __bfloat162float(__float2bfloat16_rn(acc[1][i]));
-            return __fdividef(g, 1.f + __expf(-g)) * u;
-          }
-          return silu_mul_bf16(acc[0][i], acc[1][i]);
-        }
+        if constexpr (kGated) return silu_mul_bf16(acc[0][i], acc[1][i]);
         else return acc[0][i];
       };
       if (wg * 64 + 64 <= nrows) {
@@ -438,16 +422,6 @@ CUtensorMap weight_map(const void* w, int64_t E, int64_t N, int64_t Kd, int rows
   return bf16_tensor_map(const_cast<void*>(w), 3, dims, strides, box);
 }
 
-// Experiment switches: MLA_EXP_MOE bit 0 → the jobs tile by tile; bit 1 → SiLU by approximate exp
-// and division (other bits than every other SiLU: measurement only).
-int exp_flags() {
-  static const int f = [] {
-    const char* v = std::getenv("MLA_EXP_MOE");
-    return v ? std::atoi(v) : 0;
-  }();
-  return f;
-}
-
 template <bool kGated>
 void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, int64_t max_tiles, const void* w0,
             const void* w1, int64_t E, int64_t N, int64_t Kd, void* out, cudaStream_t s) {
@@ -464,7 +438,7 @@ void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, i
   const CUtensorMap ta = kGated ? t0 : weight_map(a, 1, a_rows, Kd, BM);
   const CUtensorMap to = weight_map(out, 1, a_rows * topk, N, 64);  // out [a_rows · topk, N]
   gpu::launch(moe_wgmma_k<kGated>, grid, kThreads, C::kSmemBytes, s, t0, t1, ta, to, static_cast<const bf16*>(a),
-              topk, plan, int(N), int(Kd), static_cast<bf16*>(out), exp_flags());
+              topk, plan, int(N), int(Kd), static_cast<bf16*>(out));
 }
 
 bool available() {
