@@ -310,6 +310,9 @@ __global__ void __launch_bounds__(128) mha_mma_kernel(const MhaParams p, int mbl
 // on the H200 the plain loop measured faster.
 namespace hopper {
 constexpr int BM = 128, BN = 128, DQK = 192, DV = 128, kThreads = 384;
+// Registers a thread of the producer warpgroup and of the two consumer warpgroups: 128 · 40 + 256 ·
+// 232 = 384 · 168, the registers the block holds (ptxas's count; expect_register_pool checks it).
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kChunk = 128 * 128;       // bytes of one [128][64] bf16 chunk
 constexpr int kQBytes = 3 * kChunk;     // 49152
 constexpr int kKBytes = 3 * kChunk;     // 49152
@@ -427,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warp < 4) {  // ---- producer warpgroup
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<kProducerRegs>();
     if (warp == 0 && lane == 0) {
       int g = 0;  // key tiles issued, over all blocks (stage g & 1)
       auto issue_kv = [&](const Req& q, const Work& w, int n) {
@@ -478,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
   // ---- consumers: warpgroup wg owns query rows [64·wg, +64) of the tile
-  setmaxnreg_inc<232>();
+  setmaxnreg_inc<kConsumerRegs>();
   const int wg = (warp >> 2) - 1, wl = warp & 3;
   const float sl2 = p.softmax_scale * kLog2e;
   const uint32_t qbase = sQ + wg * 64 * 128;
@@ -679,6 +682,8 @@ void launch_wgmma(const MhaParams& p) {
   auto* kern = mha_wgmma_kernel<kOverlap, kPingpong, kPersistent>;
   static const bool attr_set = [&] {
     MLA_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    expect_register_pool(reinterpret_cast<const void*>(kern), "mha_wgmma_kernel", kThreads,
+                         128 * kProducerRegs + 256 * kConsumerRegs);
     return true;
   }();
   (void)attr_set;

@@ -197,6 +197,9 @@ void launch(const void* a, int topk, const gpu::MoePlan& plan, int64_t max_tiles
 // slower on the H200: bench/NOTES.md.)
 namespace hopper {
 constexpr int BM = 128, BK = 64, kStages = 4, kThreads = 384;
+// Registers a thread of the producer warpgroup and of the two consumer warpgroups: 128 · 72 + 256 ·
+// 216 = 384 · 168, the registers the block holds (ptxas's count; expect_register_pool checks it).
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;
 template <bool kGated>
 struct Cfg {
   static constexpr int kB = kGated ? 2 : 1;                   // weight matrices a tile reads
@@ -272,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Stage uses count on across jobs (it): stage it % kStages, its phase (it / kStages) & 1.
 
   if (warp < 4) {  // ---- producer
-    setmaxnreg_dec<72>();  // 128 · 72 + 256 · 216 = 384 · 168, the registers the block holds
+    setmaxnreg_dec<kProducerRegs>();
     if (!kGated && tid != 0) return;
     for (int k = 0, it = 0;; ++k) {
       const int job = next_job(k);
@@ -312,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {  // ---- consumers
     const int wg = (warp >> 2) - 1, wl = warp & 3;
-    setmaxnreg_inc<216>();
+    setmaxnreg_inc<kConsumerRegs>();
     float acc[C::kB][C::BNW / 2];
     for (int k = 0, it = 0;; ++k) {
       const int job = next_job(k);
@@ -429,6 +432,8 @@ void launch(const void* a, int64_t a_rows, int topk, const gpu::MoePlan& plan, i
   if (max_tiles == 0) return;
   static const bool attr = [] {
     MLA_GPU_CHECK(cudaFuncSetAttribute(moe_wgmma_k<kGated>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    expect_register_pool(reinterpret_cast<const void*>(moe_wgmma_k<kGated>), "moe_wgmma_k", kThreads,
+                         128 * kProducerRegs + 256 * kConsumerRegs);
     return true;
   }();
   (void)attr;

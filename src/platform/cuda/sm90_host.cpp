@@ -4,6 +4,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "platform/gpu/gpu_check.h"
 
 namespace mla::cuda {
@@ -47,6 +49,17 @@ bool sm90a_runs(const void* kernel) {
     return false;
   }
   return major == 9 && a.binaryVersion == 90;
+}
+
+void expect_register_pool(const void* kernel, const char* name, int threads, int budget) {
+  cudaFuncAttributes a{};
+  MLA_GPU_CHECK(cudaFuncGetAttributes(&a, kernel));
+  if (a.numRegs * threads < budget) {
+    const std::string what = std::string(name) + " holds " + std::to_string(a.numRegs) + " registers a thread, " +
+                             std::to_string(a.numRegs * threads) + " a block: its setmaxnreg budgets need " +
+                             std::to_string(budget) + " and would wait forever";
+    gpu::gpu_fail("CUDA", what.c_str(), "setmaxnreg", __FILE__, __LINE__);
+  }
 }
 
 CUtensorMap bf16_tensor_map(void* ptr, int rank, const uint64_t* dims, const uint64_t* strides, const uint32_t* box) {
