@@ -16,10 +16,7 @@
 #include "mla/moe.h"
 #include "mla/platform.h"
 #include "mla/platform_ops.h"
-
-#if defined(MLA_WITH_CUDA)
-#include "platform/gpu/moe.h"
-#endif
+#include "platform/gpu/moe_job.h"
 
 namespace mla {
 namespace {
@@ -508,7 +505,6 @@ TEST_P(MoeExperts, AnIdOutsideTheExpertsAddsNothingOnTheGpus) {
 
 INSTANTIATE_TEST_SUITE_P(Platforms, MoeExperts, testing::ValuesIn(kFlavours), flavour_name);
 
-#if defined(MLA_WITH_CUDA)
 // The prefill expert GEMM's job order (gpu::moe_job_at) over plans laid out as the planner lays
 // them (an expert's tiles together, in row order): every (tile, slice) exactly once; an expert's
 // jobs the same numbers as in tile-by-tile order; within an expert, slice by slice, the expert's
@@ -548,7 +544,6 @@ TEST(MoeJobOrder, EveryTileAndSliceOnceAnExpertsTilesOfASliceTogether) {
     for (int k = 0; k < jobs; ++k) ASSERT_EQ(seen[size_t(k)], 1) << "tile " << k / slices << " slice " << k % slices;
   }
 }
-#endif
 
 }  // namespace
 }  // namespace mla

@@ -1,6 +1,7 @@
 // sm90_host.h — the host side of the Hopper (sm_90a) kernels: the current device's SM count, whether
 // a kernel's sm_90a code runs on it, whether its register pool covers its setmaxnreg budgets, and
-// TMA tensor maps over bf16 tensors (128-byte swizzle, the layout wgmma reads). One definition, shared by mha_prefill.cu, mla_decode.cpp and moe_gemm.cu.
+// TMA tensor maps over bf16 tensors (128-byte swizzle, the layout wgmma reads). One definition,
+// shared by mha_prefill.cu, mla_decode.cpp and moe_gemm.cu.
 #pragma once
 #include <cuda.h>
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "platform/gpu/attention_kernels.h"
+#include "platform/gpu/moe_job.h"
 
 namespace mla::gpu {
 
@@ -68,20 +69,6 @@ inline int64_t moe_plan_words(int64_t n, int64_t E, int64_t bm) {
   return (E + 1) + 2 * n + 2 * moe_max_tiles(n, E, bm) + 1 + 4 + (blocks > 1 ? blocks * E : 0);
 }
 MoePlan moe_plan_at(int32_t* words, int64_t n, int64_t E, int64_t bm);
-// The order of the prefill expert GEMM's jobs (row tile × column slice of `slices`) over a plan of
-// bm-row tiles: expert by expert, within an expert slice by slice, the expert's tiles of a slice
-// side by side (they read the slice's weights at the same time: bench/NOTES.md, "The prefill expert
-// GEMM: the pair order measured …"). An expert's jobs take the same job numbers as in tile-by-tile
-// order (tile job / slices), so the map needs no table. Host and device (relaxed constexpr).
-struct MoeJob {
-  int expert, row0, slice;  // the tile's expert and first row, the column slice
-};
-constexpr MoeJob moe_job_at(int job, int slices, int bm, const int32_t* tiles, const int32_t* offsets) {
-  const int tm = job / slices, e = tiles[2 * tm];                   // tile-by-tile order's tile: its expert
-  const int first = offsets[e], n = (offsets[e + 1] - first + bm - 1) / bm;  // the expert's tiles
-  const int jl = job - (tm - (tiles[2 * tm + 1] - first) / bm) * slices;     // job among the expert's
-  return MoeJob{e, first + (jl % n) * bm, jl / n};
-}
 void moe_align(const int32_t* expert, int64_t n, int E, int bm, const MoePlan& plan, cudaStream_t s);
 
 // The portable grouped GEMMs (plain CUDA / HIP, any element type; tiles of kMoeGenericRows rows),
