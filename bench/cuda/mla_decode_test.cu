@@ -282,8 +282,9 @@ Errors compare(const Problem& pb, const std::vector<int>& reqs, const std::vecto
   return e;
 }
 
-// Two ints, zero between launches, in which a split see-saw grid merges its own partials
-// (MlaParams::grid_counters); every launch must leave them zero (checked after each test launch).
+// mla::gpu::kGridCounterInts ints, zero between launches, in which a split see-saw grid merges its own
+// partials and the persistent grid's parts raise their flags (MlaParams::grid_counters); every
+// launch must leave them zero (checked after each test launch).
 int32_t* g_grid_counters = nullptr;
 
 MlaParams make_params(const Problem& pb, const void* q, const void* kv, const int32_t* slots,
@@ -416,7 +417,8 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
   // kernel); "wide": 64-row tiles forced; "splitS": the split-S 64-row kernel; "mma": its mma.sync
   // variant.
   // "combine": the combine kernel where the see-saw grid would merge its split partials itself;
-  // its bits must equal the run before it (same kernel, same splits).
+  // its bits must equal the run before it (same kernel, same splits). "persist": the persistent
+  // see-saw grid (64-row tiles), "classic": never it.
   std::vector<Variant> variants = {{"wgmma auto", false, 0, false, 0},
                                    {"wgmma auto combine", false, 0, false, 64},
                                    {"wgmma s=64", false, 64, false, 0},
@@ -424,6 +426,9 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
                                    {"wgmma s=64 f32", false, 64, true, 0},
                                    {"wgmma s=1", false, 1, false, 0},
                                    {"wgmma s=3 f32", false, 3, true, 0},
+                                   {"wgmma persist", false, 0, false, 128},
+                                   {"wgmma persist f32", false, 0, true, 128},
+                                   {"wgmma classic", false, 0, false, 256},
                                    {"wide auto", false, 0, false, 8},
                                    {"splitS auto", false, 0, false, 8 | 16},
                                    {"splitS s=3 f32", false, 3, true, 8 | 16},
@@ -459,13 +464,13 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
       for (size_t i = 0; i < ob.size(); ++i) o[i] = bf2f(ob[i]);
     }
     CK(cudaMemcpy(lse.data(), d_lse, rows * 4, cudaMemcpyDeviceToHost));
-    int32_t counters[2];
-    CK(cudaMemcpy(counters, g_grid_counters, sizeof(counters), cudaMemcpyDeviceToHost));
-    if (counters[0] || counters[1]) {
-      say("  %-34s %-16s the grid counters were left at %d, %d (must be 0, 0)\n", name, v.name, counters[0],
-          counters[1]);
+    std::vector<int32_t> counters(mla::gpu::kGridCounterInts);
+    CK(cudaMemcpy(counters.data(), g_grid_counters, counters.size() * 4, cudaMemcpyDeviceToHost));
+    if (const auto it = std::find_if(counters.begin(), counters.end(), [](int32_t c) { return c != 0; });
+        it != counters.end()) {
+      say("  %-34s %-16s grid counter %d was left at %d (must be 0)\n", name, v.name, int(it - counters.begin()), *it);
       ++g_failures;
-      CK(cudaMemset(g_grid_counters, 0, sizeof(counters)));
+      CK(cudaMemset(g_grid_counters, 0, counters.size() * 4));
     }
     if (!v.f32) {
       std::vector<uint8_t> bits(rows * kDv * 2 + rows * 4);
@@ -650,6 +655,26 @@ void run_tests() {
     pb.q_len = {1, 2};
     pb.k_len = {77, 1000};
     run_test(fp8 ? "H128 wide-range Q fp8 page16" : "H128 wide-range Q bf16 page16", pb, 16, seed++);
+  }
+  {  // the persistent grid's edges: requests without keys first, between and last (the last part
+     // takes position N), a request shorter than a part and one cut over several parts
+    Problem pb;
+    pb.H = 128;
+    pb.q_len = {1, 1, 2, 1, 1, 1};
+    pb.k_len = {0, 64, 1, 0, 4097, 0};
+    pb.scale = 0.12f;
+    run_test("H128 keyless requests bf16 page64", pb, 64, seed++);
+  }
+  if (!g_quick) {  // more requests than a CTA has threads (the parts' start found chunk by chunk)
+    Problem pb;
+    pb.H = 128;
+    Rng rng{99};
+    for (int r = 0; r < 300; ++r) {
+      pb.q_len.push_back(1);
+      pb.k_len.push_back(1 + int(rng.next() % 130));
+    }
+    pb.scale = 0.12f;
+    run_test("H128 300 requests bf16 page16", pb, 16, seed++);
   }
   if (!g_quick) {  // one long request: many splits (the see-saw grid merges them itself)
     for (bool fp8 : {false, true}) {
@@ -1078,8 +1103,8 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;
-  CK(cudaMalloc(&g_grid_counters, 2 * sizeof(int32_t)));
-  CK(cudaMemset(g_grid_counters, 0, 2 * sizeof(int32_t)));
+  CK(cudaMalloc(&g_grid_counters, mla::gpu::kGridCounterInts * sizeof(int32_t)));
+  CK(cudaMemset(g_grid_counters, 0, mla::gpu::kGridCounterInts * sizeof(int32_t)));
   say("device: %s, %d SMs, L2 %d MB, smem/block optin %zu KB\n", prop.name, g_sms, prop.l2CacheSize >> 20,
       prop.sharedMemPerBlockOptin >> 10);
   if (test) run_tests();

@@ -140,6 +140,10 @@ json bench_mla(int h, int b, int sk, int sq, Elem kv, const Ceilings& c, int run
               {static_cast<int32_t*>(dqs->p), static_cast<int32_t*>(dql->p), static_cast<int32_t*>(dks->p),
                static_cast<int32_t*>(dkl->p), b, sq, sk, T, true},
               h, D, Dv, 0.1352f, o->p, Elem::BF16, static_cast<float*>(lse->p), {ws->p, ws->bytes}, s};
+  // The grid counters the platform gives each lane (the in-grid merge, the persistent grid's flags).
+  Buf counters = alloc(size_t(gpu::kGridCounterInts) * 4);
+  MLA_CUDA_CHECK(cudaMemsetAsync(counters->p, 0, size_t(gpu::kGridCounterInts) * 4, s));
+  p.grid_counters = static_cast<int32_t*>(counters->p);
   if (!mla_fast_supports(p)) fail("bench: the fast MLA kernel does not support h {}", h);
   const double us = time_us(s, runs, [&](int i) {
     p.kv = pools[size_t(i) % pools.size()]->p;

@@ -43,8 +43,8 @@ class CudaOps final : public GpuOps {
       // A workspace of our own: cuBLAS then allocates nothing inside a graph being recorded.
       blas_ws_[lane] = empty(DType::F32, {kBlasWorkspaceBytes / 4});
       MLA_CUBLAS_CHECK(cublasSetWorkspace(h, blas_ws_[lane].data(), kBlasWorkspaceBytes));
-      block_counters_[lane] = empty(DType::I32, {2});
-      MLA_GPU_CHECK(cudaMemset(block_counters_[lane].data(), 0, 2 * sizeof(int32_t)));
+      block_counters_[lane] = empty(DType::I32, {gpu::kGridCounterInts});
+      MLA_GPU_CHECK(cudaMemset(block_counters_[lane].data(), 0, gpu::kGridCounterInts * sizeof(int32_t)));
     }
     side_lanes_ = true;
   }
@@ -261,7 +261,8 @@ class CudaOps final : public GpuOps {
   cublasHandle_t blas() const { return blas_[lane()]; }
   cublasHandle_t blas_[2] = {nullptr, nullptr};  // main, side
   Tensor blas_ws_[2];
-  // [2] i32 per lane, zero between launches: MhaParams::sched, MlaParams::grid_counters.
+  // [gpu::kGridCounterInts] i32 per lane, zero between launches: MhaParams::sched (its first two),
+  // MlaParams::grid_counters.
   Tensor block_counters_[2];
   struct {
     uint64_t step = 0;

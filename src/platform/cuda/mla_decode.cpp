@@ -30,6 +30,10 @@ int64_t ws_split_cap(int64_t rows, int num_sms) {
   return std::clamp<int64_t>((2 * int64_t(num_sms) * kRows + rows - 1) / rows, 1, kMaxSplits);
 }
 
+// Whether the production dispatch takes the persistent see-saw grid where it applies (else only
+// MlaDecodeTuning bit 128 does).
+constexpr bool kPersistentAuto = false;
+
 // Split count: fewest waves × (tiles per split + fixed cost), plus the combine, over the candidates
 // the workspace allows. The combine's cost, in tiles: 1 + s/16 (its loop over the splits' partials;
 // fitted on h16 b1 s_k 16384, where 32/64/128 splits took 28.6/24.4/28.3 µs: ~2.05 µs a tile,
@@ -57,9 +61,12 @@ int choose_splits(int64_t units, int nk, int num_sms, int64_t cap) {
 
 size_t mla_fast_workspace_bytes(int32_t total_q, int32_t num_heads, int32_t num_sms) {
   const int64_t rows = int64_t(total_q) * num_heads;
-  const int64_t cap = ws_split_cap(rows, num_sms > 0 ? num_sms : 132);
-  if (cap <= 1) return 0;
-  return size_t(cap) * size_t(rows) * (kDv + 1) * sizeof(float);
+  const int sms = num_sms > 0 ? num_sms : 132;
+  const int64_t cap = ws_split_cap(rows, sms);
+  const size_t split = cap <= 1 ? 0 : size_t(cap) * size_t(rows) * (kDv + 1) * sizeof(float);
+  // 64-row tiles (more than 32 rows): room for a persistent grid's slots, one a CTA.
+  const size_t persistent = rows > 32 ? size_t(sms) * kPersistentSlotBytes : 0;
+  return std::max(split, persistent);
 }
 
 bool mla_fast_supports(const MlaParams& p) {
@@ -102,6 +109,20 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
                  ? int(std::clamp<int64_t>(tuning.force_splits, 1, std::max<int64_t>(cap, 1)))
                  : choose_splits(units, nk, num_sms, cap);
   if (s.splits < 1) s.splits = 1;
+  // The persistent see-saw grid: parts of the row tiles' common KV sequence, as many as fit one CTA
+  // an SM (every CTA resident: a part may wait for later ones), a slot and a flag for each CTA.
+  // Auto: where the unsplit grid would take more than one wave (bench/NOTES.md, "The persistent
+  // see-saw grid"), once measured (kPersistentAuto).
+  const bool see_saw = !s.narrow && !tuning.use_mma_sync && (tuning.variant & (2 | 4 | 16)) == 0;
+  const int parts = s.row_tiles > 0 ? device_sms() / s.row_tiles : 0;
+  const bool fits = see_saw && parts >= 2 && p.grid_counters && int64_t(parts) * s.row_tiles + 2 <= gpu::kGridCounterInts &&
+                    p.ws.ptr && p.ws.bytes >= size_t(parts) * s.row_tiles * kPersistentSlotBytes;
+  const bool want = (tuning.variant & 128) ||
+                    (kPersistentAuto && tuning.force_splits <= 0 && s.splits == 1 && units > device_sms());
+  if (fits && want && (tuning.variant & 256) == 0) {
+    s.parts = parts;
+    s.splits = 1;
+  }
   return s;
 }
 
@@ -126,9 +147,12 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   kp.q_len = sg.q_len;
   kp.k_start = sg.k_start;
   kp.k_len = sg.k_len;
+  kp.requests = sg.num_requests;
   kp.H = H;
   kp.causal = sg.causal ? 1 : 0;
   kp.splits = splits;
+  kp.parts = s.parts;
+  kp.flags = s.parts > 0 ? p.grid_counters + 2 : nullptr;
   kp.rows_total = int(rows_total);
   // The pool scale applies to every row dtype.
   kp.scale_log2 = p.softmax_scale * p.kv_scale * 1.4426950408889634f;
@@ -136,12 +160,14 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   kp.o = p.o;
   kp.o_f32 = p.o_elem == Elem::F32 ? 1 : 0;
   kp.lse = p.lse;
-  kp.ws_o = splits > 1 ? static_cast<float*>(p.ws.ptr) : nullptr;
-  kp.ws_lse = splits > 1 ? kp.ws_o + size_t(splits) * rows_total * kDv : nullptr;
+  kp.ws_o = splits > 1 || s.parts > 0 ? static_cast<float*>(p.ws.ptr) : nullptr;
+  kp.ws_lse = splits > 1   ? kp.ws_o + size_t(splits) * rows_total * kDv
+              : s.parts > 0 ? kp.ws_o + size_t(s.parts) * row_tiles * kRows * kDv
+                            : nullptr;
   kp.v_lbo = (tuning.variant & 1) ? 1024u : uint32_t(kChunkBytes);  // bit 0: roles swapped (debug)
   kp.v_sbo = (tuning.variant & 1) ? uint32_t(kChunkBytes) : 1024u;
 
-  const dim3 grid(row_tiles, splits, sg.num_requests);
+  const dim3 grid = s.parts > 0 ? dim3(row_tiles, s.parts) : dim3(row_tiles, splits, sg.num_requests);
   bool merged = false;
   if (narrow) {
     launch_narrow(kp, grid, p.stream, tile_rows, fp8);

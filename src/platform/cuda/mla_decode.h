@@ -31,7 +31,9 @@ struct MlaDecodeTuning {
   bool use_mma_sync = false;  // the 64-row kernel with mma.sync (ldmatrix) products, not wgmma
   // Bit 3 (8): 64-row tiles even for ≤ 32 rows; bit 4 (16): the split-S 64-row kernel, not the
   // see-saw one; bit 5 (32): the combine launched plainly, not early; bit 6 (64): the combine kernel
-  // even where the see-saw grid would merge its split partials itself (MlaParams::grid_counters). Debugging aids (bf16 KV): bit 1 (2) wgmma for S only, bit 2 (4) for
+  // even where the see-saw grid would merge its split partials itself (MlaParams::grid_counters);
+  // bit 7 (128): the persistent see-saw grid wherever it can run (MlaDecodeSchedule::parts), bit 8
+  // (256): never. Debugging aids (bf16 KV): bit 1 (2) wgmma for S only, bit 2 (4) for
   // P·V only (both split-S); bit 0 (1) swaps the V descriptor strides (a wrong layout).
   int32_t variant = 0;
 };
@@ -45,6 +47,9 @@ struct MlaDecodeSchedule {
   int32_t row_tiles = 0;  // 0: nothing to launch
   int32_t splits = 1;
   int32_t key_tiles = 0;  // of the longest request, as kv_bucket() rounds it
+  // > 0: the persistent see-saw grid (row_tiles, parts), splits 1: the batch's KV tiles spread
+  // evenly over the parts, a unit cut between parts merged by the part holding its first tiles.
+  int32_t parts = 0;
 };
 MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& tuning = {});
 

@@ -29,17 +29,20 @@ struct KParams {
   const int32_t* q_len;
   const int32_t* k_start;
   const int32_t* k_len;
+  int requests;       // of the segments
   int H;
   int causal;
   int splits;
+  int parts;          // > 0: the persistent grid (row tiles, parts) of the see-saw kernel; splits 1
+  int* flags;         // persistent: a flag per CTA (row tile · parts + part), zero between launches
   int rows_total;     // T·H
   float scale_log2;   // softmax_scale (× kv_scale for fp8) × log2(e)
   float out_scale;    // kv_scale for fp8, else 1
   void* o;            // [T, H, 512]
   int o_f32;
   float* lse;         // [T, H] or null
-  float* ws_o;        // [splits, T·H, 512] f32 (splits > 1)
-  float* ws_lse;      // [splits, T·H]
+  float* ws_o;        // [splits, T·H, 512] f32 (splits > 1); persistent: [CTAs, 64, 512]
+  float* ws_lse;      // [splits, T·H]; persistent: [CTAs, 64], log2 units
   uint32_t v_lbo;     // V (MN-major) descriptor: bytes between 64-column blocks
   uint32_t v_sbo;     //                          bytes between 8-key groups
 };
@@ -49,7 +52,11 @@ struct KParams {
 // products (the reference path) or one of each (bf16 KV only; debugging aids).
 enum class WideProducts { kWgmma, kSplitS, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV };
 
-// grid (row tiles, splits, requests); each launcher sets its kernel's shared-memory limit once per
+// Bytes of a persistent see-saw CTA's workspace slot: its partial [64 rows][512] f32 and LSEs [64].
+constexpr size_t kPersistentSlotBytes = size_t(kRows) * (kDv + 1) * sizeof(float);
+
+// grid (row tiles, splits, requests), or (row tiles, parts) for the persistent see-saw grid
+// (kp.parts > 0); each launcher sets its kernel's shared-memory limit once per
 // device.
 // split_tiles: the most key tiles a CTA takes (the longest request's over kp.splits); the see-saw
 // kernel's launch picks its pair bodies by it. grid_counters: two ints, zero, that a split grid

@@ -58,7 +58,8 @@ constexpr int kOffA0 = kOffM + 256;             // f32 [64]: α0 of the current 
 constexpr int kOffA1 = kOffA0 + 256;            // f32 [64]: α1
 constexpr int kOffBar = kOffA1 + 256;           // mbarriers [2 buffers][9 chunks]
 constexpr int kOffQScale = kOffBar + 18 * 8;    // fp8, f32 [64]: 2^-k of each Q row
-constexpr int kSmemBytes = kOffQScale + 64 * 4 + 1024;  // + slack to align the base to 1 KiB
+constexpr int kOffLoop = kOffQScale + 64 * 4;   // persistent: the piece loop's state (PieceLoop)
+constexpr int kSmemBytes = kOffLoop + 64 + 1024;  // + slack to align the base to 1 KiB
 static_assert(kSmemBytes <= 227 * 1024, "the see-saw kernel's shared memory exceeds the H200's 227 KiB");
 
 // Named barriers (0 is __syncthreads): one warpgroup arrives, the other waits.
@@ -462,25 +463,9 @@ __device__ __noinline__ void merge_in_grid(const float* ws_o, const float* ws_ls
   MLA_TRACE(kTraceMerged);
 }
 
-// One CTA of the grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA
-// per SM. kGeneral: one pair body for every pair, which tiles exist decided at run time; else a body
-// specialized for each count of tiles ahead (fewer instructions a pair, four times the code).
-// kMerge: the split partials merged in the grid (merge_in_grid), no combine kernel after it.
-template <bool kFp8, bool kGeneral, bool kMerge>
-__device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters) {
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  float* merge_w = reinterpret_cast<float*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffK0);
-  const int tid = threadIdx.x, wg = tid >> 7;
-  MLA_TRACE(kTraceEntry);
-  pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
-  pdl_wait();  // launched by gpu::launch: every kernel before it in the stream has completed
-  CtaWork cw;
-  if (!cta_work(p, kRows, cw)) {
-    if constexpr (kMerge) merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w);
-    return;
-  }
-  MLA_TRACE(kTraceWork);
+// The see-saw pointers and this thread's rows for one unit (row tile cw.row0 of a request).
+template <bool kFp8>
+__device__ __forceinline__ Seesaw<kFp8> seesaw_of(const KParams& p, const CtaWork& cw, uint32_t sbase, int tid) {
   Seesaw<kFp8> ss{p, cw};
   ss.sQ = sbase + kOffQ;
   ss.sK[0] = sbase + kOffK0;
@@ -495,13 +480,22 @@ __device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters)
   ss.wi = (tid >> 5) & 3;
   ss.lane = tid & 31;
   tile_rows_of_thread(p, cw, ss.wi, ss.lane, ss.rr, ss.lim);
+  return ss;
+}
+
+// One unit's KV tiles [cw.t_begin, cw.t_end) → this warpgroup's half of O (o, unnormalized), the
+// rows' running max m (log2 units; fp8: P's 2^15 taken out) and their whole sums lt. ph: the parity
+// this warpgroup's buffer's barriers are at (warpgroup 0 waits on buffer 0 only, 1 on buffer 1);
+// the pieces before it in the CTA completed phases on them. Returns the parity after this piece.
+// The caller initialized the barriers and, after an earlier piece, synchronized the CTA.
+template <bool kFp8, bool kGeneral>
+__device__ __forceinline__ int seesaw_piece(const Seesaw<kFp8>& ss, const KParams& p, const CtaWork& cw,
+                                            uint32_t sbase, int ph, float (&o)[128], float (&m)[2],
+                                            float (&lt)[2]) {
+  const int tid = threadIdx.x, wg = tid >> 7;
   const int t_begin = cw.t_begin, t_end = cw.t_end;
 
-  // ---- prologue: barriers, the running max, Q, the first two tiles; Q's RoPE columns → registers
-  if (tid == 0) {
-    for (int i = 0; i < 18; ++i) mbar_init(ss.bar + 8 * i, 128);
-    fence_mbarrier_init();
-  }
+  // ---- prologue: the running max, Q, the first two tiles; Q's RoPE columns → registers
   if (tid < 64) st_shared_f32(ss.sM + tid * 4, -INFINITY);
   load_q_tile(p, cw, ss.sQ, tid);
   cp_async_commit();
@@ -522,28 +516,30 @@ __device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters)
     q_to_f16(ss.sQ, sbase + kOffQScale, tid);
     fence_proxy_async();
     __syncthreads();
+  }
+  Seesaw<kFp8> sw = ss;  // the fp8 row scales are this piece's (its Q's)
+  if constexpr (kFp8) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) ss.sc[h] = p.scale_log2 * ld_shared_f32(sbase + kOffQScale + ss.rr[h] * 4);
+    for (int h = 0; h < 2; ++h) sw.sc[h] = p.scale_log2 * ld_shared_f32(sbase + kOffQScale + ss.rr[h] * 4);
   }
   uint32_t q8[4][4];  // Q[:, 512 + 16k, +16) as A fragments
 #pragma unroll
   for (int k = 0; k < 4; ++k)
-    ldmatrix_x4(q8[k], ss.sQ + 8 * kChunkBytes + swz128(16 * ss.wi + (ss.lane & 15), 2 * k + (ss.lane >> 4)));
+    ldmatrix_x4(q8[k], sw.sQ + 8 * kChunkBytes + swz128(16 * sw.wi + (sw.lane & 15), 2 * k + (sw.lane >> 4)));
   __syncthreads();  // Q's chunk 8 now holds P1
   MLA_TRACE(kTraceQ);
 
-  float o[128];  // O[64 rows][256·wg, +256)
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float s[32];  // S of this warpgroup's current tile
   float l[2] = {0.f, 0.f};
   if (t_begin < t_end) {
     if (wg == 0) {
-      ss.template qk<0, 4, 0>(s, 0, 0, q8, true);
-      ss.template qk<4, 9, 0>(s, 0, 0, q8, false);
+      sw.template qk<0, 4, 0>(s, 0, ph, q8, true);
+      sw.template qk<4, 9, 0>(s, 0, ph, q8, false);
     } else if (t_begin + 1 < t_end) {
-      ss.template qk<4, 9, 1>(s, 1, 0, q8, true);
-      ss.template qk<0, 4, 1>(s, 1, 0, q8, false);
+      sw.template qk<4, 9, 1>(s, 1, ph, q8, true);
+      sw.template qk<0, 4, 1>(s, 1, ph, q8, false);
     }
     wgmma_wait<0>();
     reg_fence(s);
@@ -552,46 +548,342 @@ __device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters)
 
   // ---- the pairs of tiles
   for (int t = t_begin; t < t_end; t += 2) {
-    const int ahead = t_end - 1 - t, phase_next = (((t - t_begin) >> 1) + 1) & 1;
+    const int ahead = t_end - 1 - t, phase_next = ((((t - t_begin) >> 1) + 1) & 1) ^ ph;
     if constexpr (kGeneral) {
-      if (wg == 0) ss.template wg0_pair<kAheadAny>(t, ahead, phase_next, o, s, l, q8);
-      else ss.template wg1_pair<kAheadAny>(t, ahead, phase_next, o, s, l, q8);
+      if (wg == 0) sw.template wg0_pair<kAheadAny>(t, ahead, phase_next, o, s, l, q8);
+      else sw.template wg1_pair<kAheadAny>(t, ahead, phase_next, o, s, l, q8);
     } else if (wg == 0) {
-      if (ahead >= 3) ss.template wg0_pair<3>(t, 3, phase_next, o, s, l, q8);
-      else if (ahead == 2) ss.template wg0_pair<2>(t, 2, phase_next, o, s, l, q8);
-      else if (ahead == 1) ss.template wg0_pair<1>(t, 1, phase_next, o, s, l, q8);
-      else ss.template wg0_pair<0>(t, 0, phase_next, o, s, l, q8);
+      if (ahead >= 3) sw.template wg0_pair<3>(t, 3, phase_next, o, s, l, q8);
+      else if (ahead == 2) sw.template wg0_pair<2>(t, 2, phase_next, o, s, l, q8);
+      else if (ahead == 1) sw.template wg0_pair<1>(t, 1, phase_next, o, s, l, q8);
+      else sw.template wg0_pair<0>(t, 0, phase_next, o, s, l, q8);
     } else {
-      if (ahead >= 3) ss.template wg1_pair<3>(t, 3, phase_next, o, s, l, q8);
-      else if (ahead == 2) ss.template wg1_pair<2>(t, 2, phase_next, o, s, l, q8);
-      else if (ahead == 1) ss.template wg1_pair<1>(t, 1, phase_next, o, s, l, q8);
-      else ss.template wg1_pair<0>(t, 0, phase_next, o, s, l, q8);
+      if (ahead >= 3) sw.template wg1_pair<3>(t, 3, phase_next, o, s, l, q8);
+      else if (ahead == 2) sw.template wg1_pair<2>(t, 2, phase_next, o, s, l, q8);
+      else if (ahead == 1) sw.template wg1_pair<1>(t, 1, phase_next, o, s, l, q8);
+      else sw.template wg1_pair<0>(t, 0, phase_next, o, s, l, q8);
     }
 #ifdef MLA_SEESAW_TRACE
     if (((t - t_begin) >> 1) < kTracePairs) MLA_TRACE(kTracePair0 + ((t - t_begin) >> 1));
 #endif
   }
 
-  // ---- epilogue: both warpgroups' sums, the final max, normalize, write
+  // ---- epilogue: both warpgroups' sums and the final max
   const uint32_t sL = sbase + kOffL;
   __syncthreads();  // sL is P0's place: WG1's last product may read P0 until here
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    if ((ss.lane & 3) == 0) st_shared_f32(sL + (wg * 64 + ss.rr[h]) * 4, l[h]);
+    if ((sw.lane & 3) == 0) st_shared_f32(sL + (wg * 64 + sw.rr[h]) * 4, l[h]);
   }
   __syncthreads();
-  float m[2], lt[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    m[h] = ld_shared_f32(ss.sM + ss.rr[h] * 4) - (kFp8 ? float(kPScaleLog2) : 0.f);  // fp8: l is Σ P·2^15
-    lt[h] = ld_shared_f32(sL + ss.rr[h] * 4) + ld_shared_f32(sL + (64 + ss.rr[h]) * 4);
+    m[h] = ld_shared_f32(sw.sM + sw.rr[h] * 4) - (kFp8 ? float(kPScaleLog2) : 0.f);  // fp8: l is Σ P·2^15
+    lt[h] = ld_shared_f32(sL + sw.rr[h] * 4) + ld_shared_f32(sL + (64 + sw.rr[h]) * 4);
   }
+  // Buffer 0 took the tiles t_begin, t_begin + 2, …; buffer 1 the others: one phase a tile.
+  const int n = t_end - t_begin;
+  return ph ^ ((wg == 0 ? (n + 1) >> 1 : n >> 1) & 1);
+}
+
+// The CTA's 18 chunk barriers: [buffer][chunk], 128 arrivals (the loading warpgroup's threads).
+__device__ __forceinline__ void init_chunk_barriers(uint32_t bar) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 18; ++i) mbar_init(bar + 8 * i, 128);
+    fence_mbarrier_init();
+  }
+}
+
+// One CTA of the grid (row tiles, splits, requests), 256 threads, kSmemBytes dynamic smem, one CTA
+// per SM. kGeneral: one pair body for every pair, which tiles exist decided at run time; else a body
+// specialized for each count of tiles ahead (fewer instructions a pair, four times the code).
+// kMerge: the split partials merged in the grid (merge_in_grid), no combine kernel after it.
+template <bool kFp8, bool kGeneral, bool kMerge>
+__device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  float* merge_w = reinterpret_cast<float*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffK0);
+  const int tid = threadIdx.x, wg = tid >> 7;
+  MLA_TRACE(kTraceEntry);
+  pdl_launch_dependents();  // the combine's CTAs may queue up (they wait for this grid's end)
+  pdl_wait();  // launched by gpu::launch: every kernel before it in the stream has completed
+  CtaWork cw;
+  if (!cta_work(p, kRows, cw)) {
+    if constexpr (kMerge) merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w);
+    return;
+  }
+  MLA_TRACE(kTraceWork);
+  const Seesaw<kFp8> ss = seesaw_of<kFp8>(p, cw, sbase, tid);
+  init_chunk_barriers(ss.bar);
+  float o[128];  // O[64 rows][256·wg, +256)
+  float m[2], lt[2];
+  seesaw_piece<kFp8, kGeneral>(ss, p, cw, sbase, 0, o, m, lt);
   MLA_TRACE(kTraceStore);
   store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);
   MLA_TRACE(kTraceEnd);
   if constexpr (kMerge) merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w);
+}
+
+// ---- the persistent grid (KParams::parts > 0): the batch's KV tiles spread evenly over the SMs ----
+// grid (row tiles x, parts y), at most one CTA an SM and no more CTAs than SMs (all resident). The
+// KV tiles of the requests, request after request, form one sequence of N = Σ_r ⌈k_len_r / 64⌉
+// positions, the same for every row tile; part c takes positions [⌊c·N/parts⌋, ⌊(c+1)·N/parts⌋) of
+// it for its row tile x: a piece of each unit (request, row tile x) it meets, in order. The CTAs of
+// one part read the same KV tiles at about the same time (the L2 serves the other row tiles).
+// A unit cut by part boundaries: each later part's piece (necessarily that part's first) stores its
+// normalized f32 partial and log2-unit LSE in its CTA's workspace slot and raises its CTA's flag;
+// the part holding the unit's first tiles (its last piece) waits for those flags, merges the
+// partials into its own sums in registers and writes the rows. A part therefore never waits before
+// its first piece is out, and the wait chain runs only towards later parts. A request without keys
+// belongs to the part whose range holds its position (the last part for position N).
+
+__device__ __forceinline__ long long tiles_of(int k_len) { return (max(k_len, 0) + kKeys - 1) / kKeys; }
+
+// The sum of v over the CTA's 256 threads, on every thread; red: 8 long longs of shared memory.
+__device__ __forceinline__ long long cta_sum(long long v, long long* red) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+  __syncthreads();  // red's last readers are done
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  long long s = 0;
+#pragma unroll
+  for (int i = 0; i < kThreads / 32; ++i) s += red[i];
+  return s;
+}
+
+struct PartStart {
+  long long a, b, n;  // the part's positions [a, b) of the n in all
+  int r;              // the first request it meets
+  long long pos;      // that request's first position
+};
+
+// Part `part` of `parts`: its range and its first request: the first r with P_r + n_r > a, or
+// n_r = 0 and P_r = a (P_r: the positions before request r; true from that r on, as P grows).
+__device__ PartStart part_start(const KParams& p, int part, int parts, long long* red) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  PartStart ps;
+  long long n = 0;
+  for (int r = tid; r < p.requests; r += kThreads) n += tiles_of(__ldg(p.k_len + r));
+  ps.n = cta_sum(n, red);
+  ps.a = ps.n * part / parts;
+  ps.b = ps.n * (part + 1) / parts;
+  ps.r = 0;
+  ps.pos = 0;
+  long long carry = 0;  // positions of the chunks before
+  for (int base = 0; base < p.requests; base += kThreads) {
+    const int r = base + tid;
+    const long long nr = r < p.requests ? tiles_of(__ldg(p.k_len + r)) : 0;
+    long long inc = nr;  // inclusive scan over the warp, then over the warps
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const long long y = __shfl_up_sync(0xffffffffu, inc, d);
+      if (lane >= d) inc += y;
+    }
+    __syncthreads();
+    if (lane == 31) red[warp] = inc;
+    __syncthreads();
+    long long before = 0, chunk = 0;
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; ++i) {
+      before += i < warp ? red[i] : 0;
+      chunk += red[i];
+    }
+    const long long pr = carry + before + inc - nr;
+    const bool met = r < p.requests && (pr + nr > ps.a || (nr == 0 && pr == ps.a));
+    const bool passed = r < p.requests && !met;
+    const long long counts = cta_sum((passed ? 1ll : 0ll) | (met ? 1ll << 32 : 0ll), red);
+    ps.r += int(counts & 0xffffffffll);
+    ps.pos += cta_sum(passed ? nr : 0, red);
+    carry += chunk;
+    if (counts >> 32) break;  // the first request met is in this chunk
+  }
+  return ps;
+}
+
+// Rows of this thread of a unit's partial: o / l (normalized, f32) and the log2-unit LSE, to slot.
+__device__ __forceinline__ void store_partial(const KParams& p, int slot, const float (&o)[128], const int (&rr)[2],
+                                              const float (&m)[2], const float (&l)[2], int wg, int lane) {
+  const int c0 = 256 * wg + 2 * (lane & 3);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    float* orow = p.ws_o + (size_t(slot) * kRows + rr[h]) * kDv + c0;
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+      __stcg(reinterpret_cast<float2*>(orow + 8 * j), make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv));
+    if (wg == 0 && (lane & 3) == 0) p.ws_lse[size_t(slot) * kRows + rr[h]] = l[h] > 0.f ? m[h] + log2f(l[h]) : -INFINITY;
+  }
+}
+
+// Waits for a slot's flag (set once its partial is written), then clears it for the next launch.
+__device__ __forceinline__ void take_flag(int* flag) {
+  if (threadIdx.x == 0) {
+    const uint64_t t0 = globaltimer_ns();
+    while (ld_acquire_gpu(flag) == 0) {
+      __nanosleep(64);
+      // A grid that cannot be resident at once would wait forever: fail loudly instead.
+      if (globaltimer_ns() - t0 > 10'000'000'000ull) __trap();
+    }
+    *flag = 0;
+  }
+  __syncthreads();
+}
+
+// The unit's first piece: its own sums (o unnormalized, m, l; log2 units) merged with the partials of
+// the later parts' pieces (slots first_slot, …, + count − 1) in that order, by LSE; the rows then
+// written as store_o_rows writes a whole unit. The own rows go through shared memory (the KV
+// buffers, free after the piece; [64][kMergeStride] f32, the LSEs in sA0's place), so the
+// accumulators are dead before the partials come: merged in registers they spill. A warp takes 8
+// rows, a lane 4 columns in each 128 (16-byte loads). o is kept normalized: merging a partial of LSE
+// x into o of LSE L weighs o by 2^(L − M) / Σ and the partial by 2^(x − M) / Σ (M the larger, Σ the
+// two weights); a piece without keys (LSE −inf) weighs 0.
+constexpr int kMergeStride = kDv + 8;  // floats a row: 8 banks between rows
+static_assert(kRows * kMergeStride * 4 <= 2 * kTileBytes, "the merge's rows exceed the KV buffers");
+
+__device__ __forceinline__ void merge_head(const KParams& p, const CtaWork& cw, int first_slot, int count,
+                                           const float (&o)[128], const int (&rr)[2], const float (&m)[2],
+                                           const float (&l)[2], uint32_t sbase, int wg, int lane) {
+  const uint32_t sO = sbase + kOffK0, sLse = sbase + kOffA0;
+  const int c0 = 256 * wg + 2 * (lane & 3);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const uint32_t at = sO + (rr[h] * kMergeStride + c0 + 8 * j) * 4;
+      st_shared_f32(at, o[4 * j + 2 * h] * inv);
+      st_shared_f32(at + 4, o[4 * j + 2 * h + 1] * inv);
+    }
+    if (wg == 0 && (lane & 3) == 0) st_shared_f32(sLse + rr[h] * 4, l[h] > 0.f ? m[h] + log2f(l[h]) : -INFINITY);
+  }
+  const int tid = int(threadIdx.x), warp = tid >> 5;
+  __syncthreads();  // the own rows are in shared memory
+  for (int k = 0; k < count; ++k) take_flag(p.flags + first_slot + k);
+#pragma unroll 1
+  for (int i = 0; i < 8; ++i) {  // row 8·warp + i
+    const int row = 8 * warp + i;
+    float lse = ld_shared_f32(sLse + row * 4);
+    float4 acc[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = ld_shared_v4(sO + (row * kMergeStride + 128 * q + 4 * (tid & 31)) * 4);
+      acc[q] = make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
+    }
+    for (int k = 0; k < count; ++k) {
+      const int slot = first_slot + k;
+      const float other = __ldcg(p.ws_lse + size_t(slot) * kRows + row);
+      const float mx = fmaxf(lse, other), base = mx == -INFINITY ? 0.f : mx;
+      const float wa = ex2(lse - base), wb = ex2(other - base), sum = wa + wb;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f, fa = wa * inv, fb = wb * inv;
+      const float* orow = p.ws_o + (size_t(slot) * kRows + row) * kDv + 4 * (tid & 31);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(orow + 128 * q));
+        acc[q] = make_float4(acc[q].x * fa + v.x * fb, acc[q].y * fa + v.y * fb, acc[q].z * fa + v.z * fb,
+                             acc[q].w * fa + v.w * fb);
+      }
+      lse = sum > 0.f ? base + log2f(sum) : -INFINITY;
+    }
+    const int prow = cw.row0 + row;
+    if (prow >= cw.rows) continue;
+    const size_t grow = size_t(cw.q_start) * p.H + prow;  // row of o [T·H, 512]
+    const float f = lse == -INFINITY ? 0.f : p.out_scale;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int col = 128 * q + 4 * (tid & 31);
+      const float4 v = make_float4(acc[q].x * f, acc[q].y * f, acc[q].z * f, acc[q].w * f);
+      if (p.o_f32) {
+        *reinterpret_cast<float4*>(static_cast<float*>(p.o) + grow * kDv + col) = v;
+      } else {
+        *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.o) + grow * kDv + col) =
+            make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+      }
+    }
+    if ((tid & 31) == 0 && p.lse) p.lse[grow] = lse * 0.69314718055994531f;
+  }
+}
+
+// The piece loop's state in shared memory (kOffLoop), not in registers: the pairs hold ~250 of
+// their 255 (values kept across them spill, and the spills serialize the wgmma pipeline).
+// Byte offsets: the next request, the barrier parities of warpgroups 0 and 1, its first position,
+// the part's range [a, b) and the positions in all.
+enum PieceLoop : uint32_t { kLoopR = 0, kLoopPh = 4, kLoopPos = 16, kLoopA = 24, kLoopB = 32, kLoopN = 40 };
+
+template <bool kFp8>
+__device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u, sl = sbase + kOffLoop;
+  long long* red = reinterpret_cast<long long*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffK1);
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int rt = int(blockIdx.x), part = int(blockIdx.y), parts = int(gridDim.y);
+  pdl_launch_dependents();
+  pdl_wait();
+  {
+    const PartStart ps = part_start(p, part, parts, red);
+    if (tid == 0) {
+      st_shared_u32(sl + kLoopR, uint32_t(ps.r));
+      st_shared_u32(sl + kLoopPh, 0u);
+      st_shared_u32(sl + kLoopPh + 4, 0u);
+      st_shared_u64(sl + kLoopPos, uint64_t(ps.pos));
+      st_shared_u64(sl + kLoopA, uint64_t(ps.a));
+      st_shared_u64(sl + kLoopB, uint64_t(ps.b));
+      st_shared_u64(sl + kLoopN, uint64_t(ps.n));
+    }
+  }
+  init_chunk_barriers(sbase + kOffBar);
+  __syncthreads();
+  for (;;) {
+    const int r = int(ld_shared_u32(sl + kLoopR));
+    if (r >= p.requests) break;
+    const long long pos = (long long)ld_shared_u64(sl + kLoopPos), b = (long long)ld_shared_u64(sl + kLoopB);
+    const int k_len = __ldg(p.k_len + r);
+    const long long nr = tiles_of(k_len);
+    if (nr > 0 ? pos >= b : (pos > b || (pos == b && part != parts - 1))) break;
+    CtaWork cw;
+    cw.q_len = __ldg(p.q_len + r);
+    cw.rows = cw.q_len * p.H;
+    cw.row0 = rt * kRows;
+    cw.k_len = k_len;
+    cw.q_start = __ldg(p.q_start + r);
+    cw.slots = p.slots + __ldg(p.k_start + r);
+    cw.t_begin = int(max((long long)ld_shared_u64(sl + kLoopA), pos) - pos);
+    cw.t_end = int(min(b, pos + nr) - pos);
+    if (cw.row0 < cw.rows) {  // else this row tile lies past the request: no unit
+      const Seesaw<kFp8> ss = seesaw_of<kFp8>(p, cw, sbase, tid);
+      float o[128];
+      float m[2], lt[2];
+      const int ph = seesaw_piece<kFp8, true>(ss, p, cw, sbase, int(ld_shared_u32(sl + kLoopPh + 4 * wg)), o, m, lt);
+      // What the piece is (from the state again: nothing of it stayed in registers over the pairs).
+      const int slot = rt * parts + part;
+      const long long tiles = tiles_of(cw.k_len);
+      if (cw.t_begin == 0 && cw.t_end == tiles) {
+        store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);  // the whole unit
+      } else if (cw.t_begin > 0) {  // a later part's piece of a cut unit: the partial, then the flag
+        store_partial(p, slot, o, ss.rr, m, lt, wg, ss.lane);
+        __syncthreads();  // every row of the partial is written
+        if (tid == 0) {
+          __threadfence();
+          atomicExch(p.flags + slot, 1);
+        }
+      } else {  // the unit's first tiles: merge the later parts' partials
+        const long long n = (long long)ld_shared_u64(sl + kLoopN);
+        const long long unit_end = (long long)ld_shared_u64(sl + kLoopPos) + tiles;
+        int count = 0;
+        while (part + 1 + count < parts && n * (part + 1 + count) / parts < unit_end) ++count;
+        merge_head(p, cw, slot + 1, count, o, ss.rr, m, lt, sbase, wg, ss.lane);
+      }
+      if ((tid & 127) == 0) st_shared_u32(sl + kLoopPh + 4 * wg, uint32_t(ph));
+    }
+    __syncthreads();  // every thread read the state; the piece's shared memory reads are done
+    if (tid == 0) {
+      st_shared_u32(sl + kLoopR, uint32_t(r + 1));
+      st_shared_u64(sl + kLoopPos, ld_shared_u64(sl + kLoopPos) + uint64_t(tiles_of(k_len)));
+    }
+    __syncthreads();
+  }
 }
 
 template <bool kFp8, bool kGeneral>
@@ -601,6 +893,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_kernel(const KParams p
 template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_merge_kernel(const KParams p, int* grid_counters) {
   seesaw_cta<kFp8, true, true>(p, grid_counters);
+}
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_persistent_kernel(const KParams p) {
+  seesaw_persistent_cta<kFp8>(p);
 }
 
 }  // namespace
@@ -625,11 +921,16 @@ bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, 
   // one row a CTA: 32.8 -> 31.5; bench/NOTES.md, "Split partials merged by their own grid").
   const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
   const bool merge = general && grid_counters && ctas <= device_sms() && kp.rows_total <= ctas;
-  static bool smem_set[6][64] = {};
+  static bool smem_set[8][64] = {};
   auto go = [&](auto kernel, bool (&set)[64], auto... extra) {
     set_smem_limit_once(kernel, kSmemBytes, set);
     gpu::launch(kernel, grid, kThreads, kSmemBytes, stream, kp, extra...);
   };
+  if (kp.parts > 0) {  // the persistent grid (mla_fast_schedule: no more CTAs than SMs, all resident)
+    if (fp8) go(mla_seesaw_persistent_kernel<true>, smem_set[7]);
+    else go(mla_seesaw_persistent_kernel<false>, smem_set[6]);
+    return false;
+  }
   if (merge) {
     if (fp8) go(mla_seesaw_merge_kernel<true>, smem_set[5], grid_counters);
     else go(mla_seesaw_merge_kernel<false>, smem_set[4], grid_counters);

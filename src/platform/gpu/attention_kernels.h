@@ -38,6 +38,7 @@ struct Workspace {
 // kv [num_slots, D] gathered through kv_slots; scores use the whole row, values are its first
 // kv_lora_rank (Dv) columns. o [total_q, H, Dv], lse [total_q, H] f32 natural log (−inf: no key).
 // fp8 rows are dequantized (× kv_scale) in registers.
+constexpr int kGridCounterInts = 2 + 1024;
 struct MlaParams {
   const void* q;
   Elem q_elem;
@@ -55,9 +56,10 @@ struct MlaParams {
   float* lse;
   Workspace ws;
   cudaStream_t stream;
-  // Two ints, zero, on the device, in which a split decode grid the device holds at once counts
-  // its CTAs to merge its partials itself, without a combine kernel (it leaves them zero); one pair
-  // per stream that launches it. Null: the combine kernel.
+  // kGridCounterInts ints, zero, on the device, one array per stream that launches it: in the first
+  // two a split decode grid the device holds at once counts its CTAs to merge its partials itself,
+  // without a combine kernel; the rest are the persistent decode grid's flags, one a CTA. Every
+  // launch leaves them zero. Null: the combine kernel, never the persistent grid.
   int32_t* grid_counters = nullptr;
 };
 // The general kernel (f32 or bf16 activations, any D ≤ 1024, SIMT cores): the exact path.
