@@ -36,6 +36,7 @@
 #include "platform/cuda/mla_decode_launch.h"
 #include "platform/gpu/launch.cuh"
 #include "platform/cuda/mla_decode_merge.cuh"
+#include "platform/cuda/mla_decode_parts.h"
 #include "platform/cuda/mla_decode_tile.cuh"
 #include "platform/cuda/sm90_host.h"
 #include "platform/cuda/sm90.cuh"
@@ -627,19 +628,13 @@ __device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters)
 }
 
 // ---- the persistent grid (KParams::parts > 0): the batch's KV tiles spread evenly over the SMs ----
-// grid (row tiles x, parts y), at most one CTA an SM and no more CTAs than SMs (all resident). The
-// KV tiles of the requests, request after request, form one sequence of N = Σ_r ⌈k_len_r / 64⌉
-// positions, the same for every row tile; part c takes positions [⌊c·N/parts⌋, ⌊(c+1)·N/parts⌋) of
-// it for its row tile x: a piece of each unit (request, row tile x) it meets, in order. The CTAs of
-// one part read the same KV tiles at about the same time (the L2 serves the other row tiles).
-// A unit cut by part boundaries: each later part's piece (necessarily that part's first) stores its
-// normalized f32 partial and log2-unit LSE in its CTA's workspace slot and raises its CTA's flag;
-// the part holding the unit's first tiles (its last piece) waits for those flags, merges the
-// partials into its own sums in registers and writes the rows. A part therefore never waits before
-// its first piece is out, and the wait chain runs only towards later parts. A request without keys
-// belongs to the part whose range holds its position (the last part for position N).
-
-__device__ __forceinline__ long long tiles_of(int k_len) { return (max(k_len, 0) + kKeys - 1) / kKeys; }
+// grid (row tiles x, parts y), at most one CTA an SM and no more CTAs than SMs (all resident). Which
+// pieces of which units part y takes: mla_decode_parts.h. The CTAs of one part read the same KV
+// tiles at about the same time (the L2 serves the other row tiles). A unit cut by part boundaries:
+// each later part's piece (that part's first) stores its normalized f32 partial and log2-unit LSE in
+// its CTA's workspace slot and raises its CTA's flag; the part holding the unit's first tiles (its
+// last piece) waits for those flags, merges the partials (merge_head) and writes the rows. A part
+// therefore never waits before its first piece is out, and waits run only towards later parts.
 
 // The sum of v over the CTA's 256 threads, on every thread; red: 8 long longs of shared memory.
 __device__ __forceinline__ long long cta_sum(long long v, long long* red) {
@@ -666,16 +661,16 @@ __device__ PartStart part_start(const KParams& p, int part, int parts, long long
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   PartStart ps;
   long long n = 0;
-  for (int r = tid; r < p.requests; r += kThreads) n += tiles_of(__ldg(p.k_len + r));
+  for (int r = tid; r < p.requests; r += kThreads) n += parts_tiles(__ldg(p.k_len + r));
   ps.n = cta_sum(n, red);
-  ps.a = ps.n * part / parts;
-  ps.b = ps.n * (part + 1) / parts;
+  ps.a = part_begin(ps.n, part, parts);
+  ps.b = part_begin(ps.n, part + 1, parts);
   ps.r = 0;
   ps.pos = 0;
   long long carry = 0;  // positions of the chunks before
   for (int base = 0; base < p.requests; base += kThreads) {
     const int r = base + tid;
-    const long long nr = r < p.requests ? tiles_of(__ldg(p.k_len + r)) : 0;
+    const long long nr = r < p.requests ? parts_tiles(__ldg(p.k_len + r)) : 0;
     long long inc = nr;  // inclusive scan over the warp, then over the warps
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -692,7 +687,7 @@ __device__ PartStart part_start(const KParams& p, int part, int parts, long long
       chunk += red[i];
     }
     const long long pr = carry + before + inc - nr;
-    const bool met = r < p.requests && (pr + nr > ps.a || (nr == 0 && pr == ps.a));
+    const bool met = r < p.requests && part_reached(pr, nr, ps.a);
     const bool passed = r < p.requests && !met;
     const long long counts = cta_sum((passed ? 1ll : 0ll) | (met ? 1ll << 32 : 0ll), red);
     ps.r += int(counts & 0xffffffffll);
@@ -840,8 +835,8 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
     if (r >= p.requests) break;
     const long long pos = (long long)ld_shared_u64(sl + kLoopPos), b = (long long)ld_shared_u64(sl + kLoopB);
     const int k_len = __ldg(p.k_len + r);
-    const long long nr = tiles_of(k_len);
-    if (nr > 0 ? pos >= b : (pos > b || (pos == b && part != parts - 1))) break;
+    const long long nr = parts_tiles(k_len);
+    if (part_passed(pos, nr, b, part == parts - 1)) break;
     CtaWork cw;
     cw.q_len = __ldg(p.q_len + r);
     cw.rows = cw.q_len * p.H;
@@ -849,8 +844,9 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
     cw.k_len = k_len;
     cw.q_start = __ldg(p.q_start + r);
     cw.slots = p.slots + __ldg(p.k_start + r);
-    cw.t_begin = int(max((long long)ld_shared_u64(sl + kLoopA), pos) - pos);
-    cw.t_end = int(min(b, pos + nr) - pos);
+    const DecodePiece piece = part_piece(pos, nr, (long long)ld_shared_u64(sl + kLoopA), b);
+    cw.t_begin = piece.t_begin;
+    cw.t_end = piece.t_end;
     if (cw.row0 < cw.rows) {  // else this row tile lies past the request: no unit
       const Seesaw<kFp8> ss = seesaw_of<kFp8>(p, cw, sbase, tid);
       float o[128];
@@ -858,10 +854,11 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
       const int ph = seesaw_piece<kFp8, true>(ss, p, cw, sbase, int(ld_shared_u32(sl + kLoopPh + 4 * wg)), o, m, lt);
       // What the piece is (from the state again: nothing of it stayed in registers over the pairs).
       const int slot = rt * parts + part;
-      const long long tiles = tiles_of(cw.k_len);
-      if (cw.t_begin == 0 && cw.t_end == tiles) {
+      const long long tiles = parts_tiles(cw.k_len);
+      const PieceKind kind = part_piece(0, tiles, cw.t_begin, cw.t_end).kind;  // (in the unit's own positions)
+      if (kind == PieceKind::kWhole) {
         store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);  // the whole unit
-      } else if (cw.t_begin > 0) {  // a later part's piece of a cut unit: the partial, then the flag
+      } else if (kind == PieceKind::kPartial) {  // a later part's piece of a cut unit: the partial, then the flag
         store_partial(p, slot, o, ss.rr, m, lt, wg, ss.lane);
         __syncthreads();  // every row of the partial is written
         if (tid == 0) {
@@ -869,10 +866,8 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
           atomicExch(p.flags + slot, 1);
         }
       } else {  // the unit's first tiles: merge the later parts' partials
-        const long long n = (long long)ld_shared_u64(sl + kLoopN);
-        const long long unit_end = (long long)ld_shared_u64(sl + kLoopPos) + tiles;
-        int count = 0;
-        while (part + 1 + count < parts && n * (part + 1 + count) / parts < unit_end) ++count;
+        const int count = parts_after((long long)ld_shared_u64(sl + kLoopN), part, parts,
+                                      (long long)ld_shared_u64(sl + kLoopPos) + tiles);
         merge_head(p, cw, slot + 1, count, o, ss.rr, m, lt, sbase, wg, ss.lane);
       }
       if ((tid & 127) == 0) st_shared_u32(sl + kLoopPh + 4 * wg, uint32_t(ph));
@@ -880,7 +875,7 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
     __syncthreads();  // every thread read the state; the piece's shared memory reads are done
     if (tid == 0) {
       st_shared_u32(sl + kLoopR, uint32_t(r + 1));
-      st_shared_u64(sl + kLoopPos, ld_shared_u64(sl + kLoopPos) + uint64_t(tiles_of(k_len)));
+      st_shared_u64(sl + kLoopPos, ld_shared_u64(sl + kLoopPos) + uint64_t(parts_tiles(k_len)));
     }
     __syncthreads();
   }

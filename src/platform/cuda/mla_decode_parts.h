@@ -1,0 +1,52 @@
+// mla_decode_parts.h — the persistent see-saw grid's schedule (mla_decode_seesaw.cu): which KV
+// tiles of which requests each part of the grid takes. Plain C++ (relaxed constexpr on the device),
+// so its test (test_decode_parts) runs in every build.
+//
+// The KV tiles (64 keys) of the requests, request after request, form one sequence of
+// N = Σ_r ⌈k_len_r / 64⌉ positions, the same for every row tile. Part c of `parts` takes positions
+// [⌊c·N/parts⌋, ⌊(c+1)·N/parts⌋): of each unit (request, row tile) it meets, the piece inside its
+// range. A unit cut by part boundaries has its first tiles in one part (the head piece, that part's
+// last piece) and the rest in later parts, where each piece is that part's first (a partial). A
+// request without keys belongs to the part whose range holds its position, the last part for N.
+#pragma once
+
+namespace mla::cuda::mla_decode {
+
+// KV tiles of a request of k_len keys.
+constexpr long long parts_tiles(int k_len) { return ((k_len > 0 ? k_len : 0) + 63) / 64; }
+
+// The first position of part `part` of `parts` over n positions (part = parts: n).
+constexpr long long part_begin(long long n, int part, int parts) { return n * part / parts; }
+
+// Whether a part whose range starts at a has reached the request at position pos of `tiles` tiles:
+// false for every request before the part's first, true from it on (positions only grow).
+constexpr bool part_reached(long long pos, long long tiles, long long a) {
+  return pos + tiles > a || (tiles == 0 && pos == a);
+}
+
+// Whether the request at pos lies past the part's range [a, b) (the walk ends there).
+constexpr bool part_passed(long long pos, long long tiles, long long b, bool last_part) {
+  return tiles > 0 ? pos >= b : pos > b || (pos == b && !last_part);
+}
+
+enum class PieceKind { kWhole, kHead, kPartial };
+struct DecodePiece {
+  int t_begin, t_end;  // the unit's KV tiles the part takes
+  PieceKind kind;
+};
+// The part [a, b)'s piece of a request at pos of `tiles` tiles that it reached and did not pass.
+constexpr DecodePiece part_piece(long long pos, long long tiles, long long a, long long b) {
+  const long long lo = a > pos ? a : pos, hi = b < pos + tiles ? b : pos + tiles;
+  const int t_begin = int(lo - pos), t_end = int(hi - pos);
+  return {t_begin, t_end, t_begin > 0 ? PieceKind::kPartial : t_end < tiles ? PieceKind::kHead : PieceKind::kWhole};
+}
+
+// How many parts after `part` hold pieces of the unit ending at position unit_end (its head's
+// partials to merge: those parts' CTAs of the same row tile).
+constexpr int parts_after(long long n, int part, int parts, long long unit_end) {
+  int count = 0;
+  while (part + 1 + count < parts && part_begin(n, part + 1 + count, parts) < unit_end) ++count;
+  return count;
+}
+
+}  // namespace mla::cuda::mla_decode
