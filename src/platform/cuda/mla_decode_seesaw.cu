@@ -60,7 +60,8 @@ constexpr int kOffA1 = kOffA0 + 256;            // f32 [64]: α1
 constexpr int kOffBar = kOffA1 + 256;           // mbarriers [2 buffers][9 chunks]
 constexpr int kOffQScale = kOffBar + 18 * 8;    // fp8, f32 [64]: 2^-k of each Q row
 constexpr int kOffLoop = kOffQScale + 64 * 4;   // persistent: the piece loop's state (PieceLoop)
-constexpr int kSmemBytes = kOffLoop + 64 + 1024;  // + slack to align the base to 1 KiB
+constexpr int kOffNext = kOffLoop + 64;         // persistent: the next piece's CtaWork
+constexpr int kSmemBytes = kOffNext + 64 + 1024;  // + slack to align the base to 1 KiB
 static_assert(kSmemBytes <= 227 * 1024, "the see-saw kernel's shared memory exceeds the H200's 227 KiB");
 
 // Named barriers (0 is __syncthreads): one warpgroup arrives, the other waits.
@@ -484,23 +485,10 @@ __device__ __forceinline__ Seesaw<kFp8> seesaw_of(const KParams& p, const CtaWor
   return ss;
 }
 
-// One unit's KV tiles [cw.t_begin, cw.t_end) → this warpgroup's half of O (o, unnormalized), the
-// rows' running max m (log2 units; fp8: P's 2^15 taken out) and their whole sums lt. ph: the parity
-// this warpgroup's buffer's barriers are at (warpgroup 0 waits on buffer 0 only, 1 on buffer 1);
-// the pieces before it in the CTA completed phases on them. Returns the parity after this piece.
-// The caller initialized the barriers and, after an earlier piece, synchronized the CTA.
-template <bool kFp8, bool kGeneral>
-__device__ __forceinline__ int seesaw_piece(const Seesaw<kFp8>& ss, const KParams& p, const CtaWork& cw,
-                                            uint32_t sbase, int ph, float (&o)[128], float (&m)[2],
-                                            float (&lt)[2]) {
-  const int tid = threadIdx.x, wg = tid >> 7;
-  const int t_begin = cw.t_begin, t_end = cw.t_end;
-
-  // ---- prologue: the running max, Q, the first two tiles; Q's RoPE columns → registers
-  if (tid < 64) st_shared_f32(ss.sM + tid * 4, -INFINITY);
-  load_q_tile(p, cw, ss.sQ, tid);
-  cp_async_commit();
-  __syncthreads();  // barriers initialized
+// A unit's first two KV tiles → buffers 0 and 1, each warpgroup its halves (0: columns [0, 256),
+// 1: [256, 576)).
+template <bool kFp8>
+__device__ __forceinline__ void load_first_tiles(const Seesaw<kFp8>& ss, int t_begin, int t_end, int wg) {
   if (t_begin < t_end) {
     if (wg == 0) {
       ss.template load<0, 4>(0, t_begin);
@@ -510,6 +498,31 @@ __device__ __forceinline__ int seesaw_piece(const Seesaw<kFp8>& ss, const KParam
       if (t_begin + 1 < t_end) ss.template load<4, 9>(1, t_begin + 1);
     }
   }
+}
+
+// One unit's KV tiles [cw.t_begin, cw.t_end) → this warpgroup's half of O (o, unnormalized), the
+// rows' running max m (log2 units; fp8: P's 2^15 taken out) and their whole sums lt. ph: the parity
+// this warpgroup's buffer's barriers are at (warpgroup 0 waits on buffer 0 only, 1 on buffer 1);
+// the pieces before it in the CTA completed phases on them. Returns the parity after this piece.
+// The caller initialized the barriers and, after an earlier piece, synchronized the CTA.
+// The persistent grid overlaps pieces: loaded (true) says the piece before issued this one's Q (one
+// commit group) and first two tiles already; next (or null) is the piece after it, whose Q and first
+// tiles this one issues as soon as its products are done, before its own sums are reduced and written.
+template <bool kFp8, bool kGeneral>
+__device__ __forceinline__ int seesaw_piece(const Seesaw<kFp8>& ss, const KParams& p, const CtaWork& cw,
+                                            uint32_t sbase, int ph, float (&o)[128], float (&m)[2],
+                                            float (&lt)[2], bool loaded = false, const CtaWork* next = nullptr) {
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int t_begin = cw.t_begin, t_end = cw.t_end;
+
+  // ---- prologue: the running max, Q, the first two tiles; Q's RoPE columns → registers
+  if (tid < 64) st_shared_f32(ss.sM + tid * 4, -INFINITY);
+  if (!loaded) {
+    load_q_tile(p, cw, ss.sQ, tid);
+    cp_async_commit();
+  }
+  __syncthreads();  // barriers initialized
+  if (!loaded) load_first_tiles(ss, t_begin, t_end, wg);
   cp_async_wait<0>();  // Q (the tiles' copies are in no commit group)
   fence_proxy_async();
   __syncthreads();
@@ -572,6 +585,11 @@ __device__ __forceinline__ int seesaw_piece(const Seesaw<kFp8>& ss, const KParam
   // ---- epilogue: both warpgroups' sums and the final max
   const uint32_t sL = sbase + kOffL;
   __syncthreads();  // sL is P0's place: WG1's last product may read P0 until here
+  if (next) {  // Q and both KV buffers are free: the next piece's loads go out now
+    load_q_tile(p, *next, sw.sQ, tid);
+    cp_async_commit();
+    load_first_tiles(seesaw_of<kFp8>(p, *next, sbase, tid), next->t_begin, next->t_end, wg);
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -805,7 +823,36 @@ __device__ __forceinline__ void merge_head(const KParams& p, const CtaWork& cw, 
 // their 255 (values kept across them spill, and the spills serialize the wgmma pipeline).
 // Byte offsets: the next request, the barrier parities of warpgroups 0 and 1, its first position,
 // the part's range [a, b) and the positions in all.
-enum PieceLoop : uint32_t { kLoopR = 0, kLoopPh = 4, kLoopPos = 16, kLoopA = 24, kLoopB = 32, kLoopN = 40 };
+// kLoopLoaded: the piece before issued this one's loads; kOffNext holds the next piece's CtaWork.
+enum PieceLoop : uint32_t { kLoopR = 0, kLoopPh = 4, kLoopLoaded = 12, kLoopPos = 16, kLoopA = 24, kLoopB = 32,
+                            kLoopN = 40 };
+static_assert(sizeof(CtaWork) <= 64, "the next piece's CtaWork exceeds its place");
+
+// The next unit part [a, b) of row tile rt takes, from request r at position pos on (requests
+// without this row tile skipped): its CtaWork in w, r and pos moved to its request; false when the
+// part passes its range first.
+__device__ __forceinline__ bool next_unit(const KParams& p, int& r, long long& pos, long long a, long long b,
+                                          bool last_part, int rt, CtaWork& w) {
+  for (; r < p.requests; ++r) {
+    const int k_len = __ldg(p.k_len + r);
+    const long long nr = parts_tiles(k_len);
+    if (part_passed(pos, nr, b, last_part)) return false;
+    w.q_len = __ldg(p.q_len + r);
+    w.rows = w.q_len * p.H;
+    w.row0 = rt * kRows;
+    if (w.row0 < w.rows) {
+      const DecodePiece piece = part_piece(pos, nr, a, b);
+      w.k_len = k_len;
+      w.q_start = __ldg(p.q_start + r);
+      w.slots = p.slots + __ldg(p.k_start + r);
+      w.t_begin = piece.t_begin;
+      w.t_end = piece.t_end;
+      return true;
+    }
+    pos += nr;
+  }
+  return false;
+}
 
 template <bool kFp8>
 __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
@@ -822,6 +869,7 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
       st_shared_u32(sl + kLoopR, uint32_t(ps.r));
       st_shared_u32(sl + kLoopPh, 0u);
       st_shared_u32(sl + kLoopPh + 4, 0u);
+      st_shared_u32(sl + kLoopLoaded, 0u);
       st_shared_u64(sl + kLoopPos, uint64_t(ps.pos));
       st_shared_u64(sl + kLoopA, uint64_t(ps.a));
       st_shared_u64(sl + kLoopB, uint64_t(ps.b));
@@ -831,52 +879,54 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
   init_chunk_barriers(sbase + kOffBar);
   __syncthreads();
   for (;;) {
-    const int r = int(ld_shared_u32(sl + kLoopR));
-    if (r >= p.requests) break;
-    const long long pos = (long long)ld_shared_u64(sl + kLoopPos), b = (long long)ld_shared_u64(sl + kLoopB);
-    const int k_len = __ldg(p.k_len + r);
-    const long long nr = parts_tiles(k_len);
-    if (part_passed(pos, nr, b, part == parts - 1)) break;
+    // This piece's unit and the one after it (whose loads this piece issues early), from the state.
+    int r = int(ld_shared_u32(sl + kLoopR));
+    long long pos = (long long)ld_shared_u64(sl + kLoopPos);
+    const long long a = (long long)ld_shared_u64(sl + kLoopA), b = (long long)ld_shared_u64(sl + kLoopB);
+    const bool last_part = part == parts - 1;
     CtaWork cw;
-    cw.q_len = __ldg(p.q_len + r);
-    cw.rows = cw.q_len * p.H;
-    cw.row0 = rt * kRows;
-    cw.k_len = k_len;
-    cw.q_start = __ldg(p.q_start + r);
-    cw.slots = p.slots + __ldg(p.k_start + r);
-    const DecodePiece piece = part_piece(pos, nr, (long long)ld_shared_u64(sl + kLoopA), b);
-    cw.t_begin = piece.t_begin;
-    cw.t_end = piece.t_end;
-    if (cw.row0 < cw.rows) {  // else this row tile lies past the request: no unit
-      const Seesaw<kFp8> ss = seesaw_of<kFp8>(p, cw, sbase, tid);
-      float o[128];
-      float m[2], lt[2];
-      const int ph = seesaw_piece<kFp8, true>(ss, p, cw, sbase, int(ld_shared_u32(sl + kLoopPh + 4 * wg)), o, m, lt);
-      // What the piece is (from the state again: nothing of it stayed in registers over the pairs).
-      const int slot = rt * parts + part;
-      const long long tiles = parts_tiles(cw.k_len);
-      const PieceKind kind = part_piece(0, tiles, cw.t_begin, cw.t_end).kind;  // (in the unit's own positions)
-      if (kind == PieceKind::kWhole) {
-        store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);  // the whole unit
-      } else if (kind == PieceKind::kPartial) {  // a later part's piece of a cut unit: the partial, then the flag
-        store_partial(p, slot, o, ss.rr, m, lt, wg, ss.lane);
-        __syncthreads();  // every row of the partial is written
-        if (tid == 0) {
-          __threadfence();
-          atomicExch(p.flags + slot, 1);
-        }
-      } else {  // the unit's first tiles: merge the later parts' partials
-        const int count = parts_after((long long)ld_shared_u64(sl + kLoopN), part, parts,
-                                      (long long)ld_shared_u64(sl + kLoopPos) + tiles);
-        merge_head(p, cw, slot + 1, count, o, ss.rr, m, lt, sbase, wg, ss.lane);
-      }
-      if ((tid & 127) == 0) st_shared_u32(sl + kLoopPh + 4 * wg, uint32_t(ph));
+    if (!next_unit(p, r, pos, a, b, last_part, rt, cw)) break;
+    CtaWork* next = reinterpret_cast<CtaWork*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffNext);
+    bool has_next;
+    {
+      int r2 = r + 1;
+      long long pos2 = pos + parts_tiles(cw.k_len);
+      CtaWork nw;
+      has_next = next_unit(p, r2, pos2, a, b, last_part, rt, nw);
+      if (tid == 0 && has_next) *next = nw;  // read after the piece's first barrier
     }
-    __syncthreads();  // every thread read the state; the piece's shared memory reads are done
-    if (tid == 0) {
+    __syncthreads();  // every thread read the state
+    if (tid == 0) {  // the state after this piece: its request, the position after its unit
       st_shared_u32(sl + kLoopR, uint32_t(r + 1));
-      st_shared_u64(sl + kLoopPos, ld_shared_u64(sl + kLoopPos) + uint64_t(parts_tiles(k_len)));
+      st_shared_u64(sl + kLoopPos, uint64_t(pos + parts_tiles(cw.k_len)));
     }
+    const Seesaw<kFp8> ss = seesaw_of<kFp8>(p, cw, sbase, tid);
+    float o[128];
+    float m[2], lt[2];
+    const bool loaded = ld_shared_u32(sl + kLoopLoaded) != 0;
+    const int ph = seesaw_piece<kFp8, true>(ss, p, cw, sbase, int(ld_shared_u32(sl + kLoopPh + 4 * wg)), o, m, lt,
+                                            loaded, has_next ? next : nullptr);
+    // What the piece is (from the unit again: nothing of it stayed in registers over the pairs).
+    const int slot = rt * parts + part;
+    const long long tiles = parts_tiles(cw.k_len);
+    const PieceKind kind = part_piece(0, tiles, cw.t_begin, cw.t_end).kind;  // (in the unit's own positions)
+    if (kind == PieceKind::kWhole) {
+      store_o_rows(p, cw, o, ss.rr, m, lt, wg, ss.lane);  // the whole unit
+    } else if (kind == PieceKind::kPartial) {  // a later part's piece of a cut unit: the partial, then the flag
+      store_partial(p, slot, o, ss.rr, m, lt, wg, ss.lane);
+      __syncthreads();  // every row of the partial is written
+      if (tid == 0) {
+        __threadfence();
+        atomicExch(p.flags + slot, 1);
+      }
+    } else {  // the unit's first tiles: merge the later parts' partials (the state's position is past the unit)
+      const int count = parts_after((long long)ld_shared_u64(sl + kLoopN), part, parts,
+                                    (long long)ld_shared_u64(sl + kLoopPos));
+      merge_head(p, cw, slot + 1, count, o, ss.rr, m, lt, sbase, wg, ss.lane);
+    }
+    __syncthreads();  // every thread read the parities; the piece's shared memory reads are done
+    if ((tid & 127) == 0) st_shared_u32(sl + kLoopPh + 4 * wg, uint32_t(ph));
+    if (tid == 0) st_shared_u32(sl + kLoopLoaded, has_next ? 1u : 0u);
     __syncthreads();
   }
 }
