@@ -59,9 +59,10 @@ constexpr size_t kPersistentSlotBytes = size_t(kRows) * (kDv + 1) * sizeof(float
 // (kp.parts > 0); each launcher sets its kernel's shared-memory limit once per
 // device.
 // split_tiles: the most key tiles a CTA takes (the longest request's over kp.splits); the see-saw
-// kernel's launch picks its pair bodies by it. grid_counters: two ints, zero, that a split grid
-// the device holds at once may count in to merge its partials itself (it leaves them zero); null:
-// never. Returns true when the grid merged them (no combine to launch).
+// kernel's launch picks its pair bodies by it. grid_counters: the first two of
+// MlaParams::grid_counters, zero, that a split grid the device holds at once may count in to merge
+// its partials itself (it leaves them zero); null: never (the persistent grid's flags are kp.flags).
+// Returns true when the grid merged them (no combine to launch).
 bool launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
                  int split_tiles, int* grid_counters);
 bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles,
