@@ -446,13 +446,18 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
       continue;
     }
     const MlaDecodeTuning tuning{v.splits, v.mma, v.variant | g_base_variant};
-    const bool q8 = mla_fast_rounds_q_to_e4m3(p, mla_fast_schedule(p, tuning));
+    const MlaDecodeSchedule sched = mla_fast_schedule(p, tuning);
+    const bool q8 = mla_fast_rounds_q_to_e4m3(p, sched);
     if (q8 && o_ref8.empty()) {  // the reference over the Q this launch multiplies
       o_ref8.assign(rows * kDv, NAN);
       lse_ref8.assign(rows, NAN);
       reference(pb, all, q_rounded_to_e4m3(qf), kvrow, o_ref8, lse_ref8);
     }
-    const int used_splits = mla_attention_fast(p, tuning);
+    if ((v.variant & 128) && !sched.narrow && sched.row_tiles > 0 && sched.parts == 0) {
+      say("  %-34s %-16s the persistent grid was asked for and not taken\n", name, v.name);
+      ++g_failures;
+    }
+    const int used_splits = mla_attention_fast(p, sched, tuning);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<float> o(rows * kDv), lse(rows);
@@ -485,8 +490,8 @@ void run_test(const char* name, Problem pb, int page, uint64_t seed) {
     const Errors e = compare(pb, all, o, lse, q8 ? o_ref8 : o_ref, q8 ? lse_ref8 : lse_ref);
     const bool ok = e.pass(1e-2, 1e-3);
     if (!ok && (v.variant & 7) == 0) ++g_failures;
-    say("  %-34s %-16s s=%-3d relL2 %.2e  maxabs %.2e  lse %.2e  nan %lld  -inf-mismatch %lld  %s\n", name,
-        v.name, used_splits, e.rel_l2, e.max_abs, e.lse_err, (long long)e.nan, (long long)e.inf_mismatch,
+    say("  %-34s %-16s s=%-3d p=%-3d relL2 %.2e  maxabs %.2e  lse %.2e  nan %lld  -inf-mismatch %lld  %s\n", name,
+        v.name, used_splits, sched.parts, e.rel_l2, e.max_abs, e.lse_err, (long long)e.nan, (long long)e.inf_mismatch,
         ok ? "ok" : (v.variant & 7) ? "fail (diagnostic)" : "FAIL");
     if (q8) {  // what rounding Q costs: the same output against the bf16-Q reference (not judged)
       const Errors eq = compare(pb, all, o, lse, o_ref, lse_ref);
@@ -929,7 +934,7 @@ void run_bench(const BenchCase& bc) {
   const size_t ws_bytes = mla_fast_workspace_bytes(pb.T, pb.H, g_sms);
   if (ws_bytes) CK(cudaMalloc(&d_ws, ws_bytes));
   const MlaDecodeTuning tuning{bc.splits, bc.mma, bc.variant | g_base_variant};
-  int used_splits = 0;
+  int used_splits = 0, used_parts = 0;  // used_parts: the persistent grid's parts (0: not taken)
   bool q8 = false;  // the launch rounds Q to e4m3: the check's reference does too
   auto launch = [&](int i) {
     const Set& st = sets[i % nsets];
@@ -937,6 +942,7 @@ void run_bench(const BenchCase& bc) {
     const MlaDecodeSchedule sched = mla_fast_schedule(p, tuning);
     q8 = mla_fast_rounds_q_to_e4m3(p, sched);
     used_splits = mla_attention_fast(p, sched, tuning);
+    used_parts = sched.parts;
   };
   const float ms = queued_ms(launch, 3, 30);
   const float ms2 = queued_ms(launch, 1, 30);  // second measurement: spread
@@ -992,9 +998,9 @@ void run_bench(const BenchCase& bc) {
     const double flops = 2.0 * bc.B * bc.s_q * bc.H * double(bc.s_k) * (kD + kDv);
     const double bytes = double(kv_bytes) + double(rows) * (kD + kDv) * 2;
     const double t = ms * 1e-3;
-    say("  %-30s %8.1f us (again %8.1f, from idle %8.1f)  %6.1f TFLOP/s  %6.0f GB/s  %5.1f%% of copy  [splits %d, %d sets; check relL2 %.1e lse %.1e %s]\n",
+    say("  %-30s %8.1f us (again %8.1f, from idle %8.1f)  %6.1f TFLOP/s  %6.0f GB/s  %5.1f%% of copy  [splits %d, parts %d, %d sets; check relL2 %.1e lse %.1e %s]\n",
         bc.name, ms * 1e3, ms2 * 1e3, ms_idle * 1e3, flops / t / 1e12, bytes / t / 1e9, 100.0 * bytes / t / 1e9 / g_copy_gbs,
-        used_splits, nsets, e.rel_l2, e.lse_err, ok ? "ok" : "FAIL");
+        used_splits, used_parts, nsets, e.rel_l2, e.lse_err, ok ? "ok" : "FAIL");
   }
   for (Set& st : sets) {
     CK(cudaFree(st.q));
