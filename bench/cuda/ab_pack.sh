@@ -6,7 +6,8 @@
 #   bin/cand/: test_step_plan and test_oracle of the configured build (the candidate must be what
 #     BUILD holds: run `ninja -C BUILD` first), and mha_prefill_test;
 #   bin/lib/: the Debian libraries a GPU machine without our build packages lacks.
-# Extra variants: VARIANTS="name:REV|wt:PATCH|- ..." (mla_decode_test only).
+# Extra variants: VARIANTS="name:REV|wt:PATCH|- ..." (mla_decode_test only), or "name:bits=N": the
+# candidate run under MlaDecodeTuning variant bits N (e.g. persist:bits=128, the persistent grid forced).
 #   bash bench/cuda/ab_pack.sh OUT_DIR BASE_REV [SOURCE...]
 # SOURCE...: the sources that differ (default: the see-saw, combine and narrow/wide decode kernels).
 # Writes OUT_DIR/ab.tar.xz (keep OUT_DIR git-ignored; carry it, then `bash bench/cuda/ab_call.sh
@@ -43,11 +44,18 @@ cp "$BUILD/bin/test_step_plan" "$BUILD/bin/test_oracle" "$b/cand/"
 cp "$BUILD/bin/mha_prefill_test" "$b/"
 for spec in ${VARIANTS:-}; do
   IFS=: read -r name rev patch <<< "$spec"
+  mkdir -p "$b/$name"
+  if [[ $rev == bits=* ]]; then  # the candidate under MlaDecodeTuning variant bits (MLA_TEST_VARIANT)
+    printf '#!/usr/bin/env bash\nMLA_TEST_VARIANT=%s exec "$(dirname "$0")/../cand/mla_decode_test" "$@"\n' \
+      "${rev#bits=}" > "$b/$name/mla_decode_test"
+    chmod +x "$b/$name/mla_decode_test"
+    continue
+  fi
   bv "ab_$name" "$rev" "${patch:--}" - "${srcs[@]}"
-  mkdir -p "$b/$name" && cp "$V/ab_$name/mla_decode_test" "$b/$name/"
+  cp "$V/ab_$name/mla_decode_test" "$b/$name/"
 done
 bash scripts/bundle_libs.sh "$b/lib" "$BUILD/bin/mla" "$BUILD/bin/test_oracle" > /dev/null
-find "$b" -type f -perm -u+x ! -name '*.so*' -exec strip {} +
+find "$b" -type f -perm -u+x ! -name '*.so*' -exec sh -c 'head -c 2 "$1" | grep -q "#!" || strip "$1"' _ {} \;
 mkdir -p "$out"
 (cd "$stage" && tar -cf - bin | xz -T0 -3 > "$(realpath "$OLDPWD/$out")/ab.tar.xz")
 echo "ab_pack: $out/ab.tar.xz ($(du -h "$out/ab.tar.xz" | cut -f1)); base $base, candidate $cand; variants: base cand ${VARIANTS:-}"
