@@ -779,6 +779,7 @@ struct BenchCase {
   bool mma;
   int variant = 0;  // tuning bits (8: 64-row tiles forced, 16: split-S, 32: plain combine launch)
   int splits = 0;   // > 0: this KV split count, not the heuristic's
+  bool ragged = false;  // key lengths drawn uniformly from 64, 128, …, 2·s_k − 64 (mean s_k), not all s_k
 };
 
 
@@ -888,6 +889,10 @@ void run_bench(const BenchCase& bc) {
   pb.scale = 1.f / std::sqrt(192.f);
   pb.q_len.assign(bc.B, bc.s_q);
   pb.k_len.assign(bc.B, bc.s_k);
+  if (bc.ragged) {  // whole pages (the pool below is built of 64-key pages), the same draw every run
+    Rng lengths{77};
+    for (int& k : pb.k_len) k = 64 * (1 + int(lengths.next() % uint64_t(2 * bc.s_k / 64 - 1)));
+  }
   pb.finish();
   const int elt = bc.fp8 ? 1 : 2;
   const size_t row_bytes = size_t(kD) * elt;
@@ -970,15 +975,15 @@ void run_bench(const BenchCase& bc) {
     // gather each checked request's KV rows
     std::vector<std::vector<float>> kvr(bc.B);
     uint8_t* d_g;
-    CK(cudaMalloc(&d_g, size_t(bc.s_k) * row_bytes));
+    CK(cudaMalloc(&d_g, size_t(pb.max_k) * row_bytes));
     for (int r : reqs) {
-      gather_rows<<<512, 128>>>(d_g, static_cast<const uint8_t*>(st.kv), st.slots + pb.k_start[r], bc.s_k,
-                                int(row_bytes));
+      const int kr = pb.k_len[r];
+      gather_rows<<<512, 128>>>(d_g, static_cast<const uint8_t*>(st.kv), st.slots + pb.k_start[r], kr, int(row_bytes));
       CK(cudaGetLastError());
-      std::vector<uint8_t> raw(size_t(bc.s_k) * row_bytes);
+      std::vector<uint8_t> raw(size_t(kr) * row_bytes);
       CK(cudaMemcpy(raw.data(), d_g, raw.size(), cudaMemcpyDeviceToHost));
       auto& v = kvr[r];
-      v.resize(size_t(bc.s_k) * kD);
+      v.resize(size_t(kr) * kD);
       for (size_t i = 0; i < v.size(); ++i) {
         if (bc.fp8) v[i] = fp8_to_f(raw[i]) * pb.kv_scale;
         else {
@@ -995,7 +1000,7 @@ void run_bench(const BenchCase& bc) {
     const Errors e = compare(pb, reqs, of, lse, o_ref, lse_ref);
     const bool ok = e.pass(1e-2, 1e-3);
     if (!ok) ++g_failures;
-    const double flops = 2.0 * bc.B * bc.s_q * bc.H * double(bc.s_k) * (kD + kDv);
+    const double flops = 2.0 * bc.s_q * bc.H * double(keys) * (kD + kDv);  // keys: Σ k_len
     const double bytes = double(kv_bytes) + double(rows) * (kD + kDv) * 2;
     const double t = ms * 1e-3;
     say("  %-30s %8.1f us (again %8.1f, from idle %8.1f)  %6.1f TFLOP/s  %6.0f GB/s  %5.1f%% of copy  [splits %d, parts %d, %d sets; check relL2 %.1e lse %.1e %s]\n",
@@ -1042,6 +1047,9 @@ void run_benches() {
       {"h128 b64  sq1 sk8192 bf16", 128, 64, 1, 8192, false, false},
       {"h128 b64  sq1 sk8192 fp8", 128, 64, 1, 8192, true, false},
       {"h128 b16  sq1 sk4096 bf16", 128, 16, 1, 4096, false, false},
+      // key lengths 64 … 8128 (mean 4096): where an even split of the tiles matters most
+      {"h128 b128 sq1 sk4096 bf16 ragged", 128, 128, 1, 4096, false, false, 0, 0, true},
+      {"h128 b32  sq1 sk4096 bf16 ragged", 128, 32, 1, 4096, false, false, 0, 0, true},
       {"h128 b128 sq1 sk4096 bf16 mma", 128, 128, 1, 4096, false, true},
       // the combine launched plainly (tuning bit 32), not as a programmatic dependent
       {"h128 b1   sq1 sk16384 bf16 plain combine", 128, 1, 1, 16384, false, false, 32},
