@@ -147,12 +147,9 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
   kp.q_len = sg.q_len;
   kp.k_start = sg.k_start;
   kp.k_len = sg.k_len;
-  kp.requests = sg.num_requests;
   kp.H = H;
   kp.causal = sg.causal ? 1 : 0;
   kp.splits = splits;
-  kp.parts = s.parts;
-  kp.flags = s.parts > 0 ? p.grid_counters + 2 : nullptr;
   kp.rows_total = int(rows_total);
   // The pool scale applies to every row dtype.
   kp.scale_log2 = p.softmax_scale * p.kv_scale * 1.4426950408889634f;
@@ -178,8 +175,10 @@ int32_t mla_attention_fast(const MlaParams& p, const MlaDecodeSchedule& s, const
                                   : (tuning.variant & 16) ? WideProducts::kSplitS
                                                           : WideProducts::kWgmma;
     // Bit 6 (64) of the tuning: the combine kernel even where the grid could merge its partials.
+    PersistParams pp;
+    if (s.parts > 0) pp = {s.parts, sg.num_requests, p.grid_counters + 2};
     merged = launch_wide(kp, grid, p.stream, fp8, products, (s.key_tiles + splits - 1) / splits,
-                         (tuning.variant & 64) ? nullptr : p.grid_counters);
+                         (tuning.variant & 64) ? nullptr : p.grid_counters, pp);
   }
   // The combine starts early (programmatic dependent launch) only with enough rows to spread over
   // the SMs: its CTAs start wherever SMs are free when the decode grid's last CTAs start, and a

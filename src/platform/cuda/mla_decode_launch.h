@@ -29,12 +29,9 @@ struct KParams {
   const int32_t* q_len;
   const int32_t* k_start;
   const int32_t* k_len;
-  int requests;       // of the segments
   int H;
   int causal;
   int splits;
-  int parts;          // > 0: the persistent grid (row tiles, parts) of the see-saw kernel; splits 1
-  int* flags;         // persistent: a flag per CTA (row tile · parts + part), zero between launches
   int rows_total;     // T·H
   float scale_log2;   // softmax_scale (× kv_scale for fp8) × log2(e)
   float out_scale;    // kv_scale for fp8, else 1
@@ -47,6 +44,15 @@ struct KParams {
   uint32_t v_sbo;     //                          bytes between 8-key groups
 };
 
+// What the persistent see-saw grid takes beside KParams (its own kernel parameter: three more
+// fields in KParams changed every see-saw kernel's code, +2.9 % of it, and made the unsplit grid
+// 1.5-3 % slower on an H100).
+struct PersistParams {
+  int parts = 0;         // > 0: the persistent grid (row tiles, parts); kp.splits is 1
+  int requests = 0;      // of the segments
+  int* flags = nullptr;  // a flag per CTA (row tile · parts + part), zero between launches
+};
+
 // The 64-row kernels: kWgmma is production (the see-saw kernel, mla_decode_seesaw.cu); kSplitS the
 // split-S kernel (mla_decode_wide.cu); the rest are the split-S kernel with mma.sync for both
 // products (the reference path) or one of each (bf16 KV only; debugging aids).
@@ -56,17 +62,17 @@ enum class WideProducts { kWgmma, kSplitS, kMmaSync, kWgmmaSMmaPV, kMmaSWgmmaPV 
 constexpr size_t kPersistentSlotBytes = size_t(kRows) * (kDv + 1) * sizeof(float);
 
 // grid (row tiles, splits, requests), or (row tiles, parts) for the persistent see-saw grid
-// (kp.parts > 0); each launcher sets its kernel's shared-memory limit once per
+// (pp.parts > 0); each launcher sets its kernel's shared-memory limit once per
 // device.
 // split_tiles: the most key tiles a CTA takes (the longest request's over kp.splits); the see-saw
 // kernel's launch picks its pair bodies by it. grid_counters: the first two of
 // MlaParams::grid_counters, zero, that a split grid the device holds at once may count in to merge
-// its partials itself (it leaves them zero); null: never (the persistent grid's flags are kp.flags).
+// its partials itself (it leaves them zero); null: never (the persistent grid's flags are pp.flags).
 // Returns true when the grid merged them (no combine to launch).
 bool launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
-                 int split_tiles, int* grid_counters);
+                 int split_tiles, int* grid_counters, const PersistParams& pp = {});
 bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles,
-                   int* grid_counters);
+                   int* grid_counters, const PersistParams& pp = {});
 #ifdef MLA_SEESAW_TRACE
 // Measurement builds only: per CTA of the last see-saw launches, for each warpgroup and point, the
 // (%globaltimer ns, clock64) pair at slots 2·(wg·kTracePoints + point) and + 1; the CTA's SM + 1 in

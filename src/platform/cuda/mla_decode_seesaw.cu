@@ -645,7 +645,7 @@ __device__ __forceinline__ void seesaw_cta(const KParams& p, int* grid_counters)
   if constexpr (kMerge) merge_in_grid(p.ws_o, p.ws_lse, p.splits, p.rows_total, p.o, p.o_f32, p.lse, grid_counters, merge_w);
 }
 
-// ---- the persistent grid (KParams::parts > 0): the batch's KV tiles spread evenly over the SMs ----
+// ---- the persistent grid (PersistParams::parts > 0): the batch's KV tiles spread evenly over the SMs ----
 // grid (row tiles x, parts y), at most one CTA an SM and no more CTAs than SMs (all resident). Which
 // pieces of which units part y takes: mla_decode_parts.h. The CTAs of one part read the same KV
 // tiles at about the same time (the L2 serves the other row tiles). A unit cut by part boundaries:
@@ -675,20 +675,20 @@ struct PartStart {
 
 // Part `part` of `parts`: its range and its first request: the first r with P_r + n_r > a, or
 // n_r = 0 and P_r = a (P_r: the positions before request r; true from that r on, as P grows).
-__device__ PartStart part_start(const KParams& p, int part, int parts, long long* red) {
+__device__ PartStart part_start(const KParams& p, int requests, int part, int parts, long long* red) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   PartStart ps;
   long long n = 0;
-  for (int r = tid; r < p.requests; r += kThreads) n += parts_tiles(__ldg(p.k_len + r));
+  for (int r = tid; r < requests; r += kThreads) n += parts_tiles(__ldg(p.k_len + r));
   ps.n = cta_sum(n, red);
   ps.a = part_begin(ps.n, part, parts);
   ps.b = part_begin(ps.n, part + 1, parts);
   ps.r = 0;
   ps.pos = 0;
   long long carry = 0;  // positions of the chunks before
-  for (int base = 0; base < p.requests; base += kThreads) {
+  for (int base = 0; base < requests; base += kThreads) {
     const int r = base + tid;
-    const long long nr = r < p.requests ? parts_tiles(__ldg(p.k_len + r)) : 0;
+    const long long nr = r < requests ? parts_tiles(__ldg(p.k_len + r)) : 0;
     long long inc = nr;  // inclusive scan over the warp, then over the warps
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -705,8 +705,8 @@ __device__ PartStart part_start(const KParams& p, int part, int parts, long long
       chunk += red[i];
     }
     const long long pr = carry + before + inc - nr;
-    const bool met = r < p.requests && part_reached(pr, nr, ps.a);
-    const bool passed = r < p.requests && !met;
+    const bool met = r < requests && part_reached(pr, nr, ps.a);
+    const bool passed = r < requests && !met;
     const long long counts = cta_sum((passed ? 1ll : 0ll) | (met ? 1ll << 32 : 0ll), red);
     ps.r += int(counts & 0xffffffffll);
     ps.pos += cta_sum(passed ? nr : 0, red);
@@ -756,7 +756,7 @@ __device__ __forceinline__ void take_flag(int* flag) {
 constexpr int kMergeStride = kDv + 8;  // floats a row: 8 banks between rows
 static_assert(kRows * kMergeStride * 4 <= 2 * kTileBytes, "the merge's rows exceed the KV buffers");
 
-__device__ __forceinline__ void merge_head(const KParams& p, const CtaWork& cw, int first_slot, int count,
+__device__ __forceinline__ void merge_head(const KParams& p, int* flags, const CtaWork& cw, int first_slot, int count,
                                            const float (&o)[128], const int (&rr)[2], const float (&m)[2],
                                            const float (&l)[2], uint32_t sbase, int wg, int lane) {
   const uint32_t sO = sbase + kOffK0, sLse = sbase + kOffA0;
@@ -774,7 +774,7 @@ __device__ __forceinline__ void merge_head(const KParams& p, const CtaWork& cw, 
   }
   const int tid = int(threadIdx.x), warp = tid >> 5;
   __syncthreads();  // the own rows are in shared memory
-  for (int k = 0; k < count; ++k) take_flag(p.flags + first_slot + k);
+  for (int k = 0; k < count; ++k) take_flag(flags + first_slot + k);
 #pragma unroll 1
   for (int i = 0; i < 8; ++i) {  // row 8·warp + i
     const int row = 8 * warp + i;
@@ -831,9 +831,9 @@ static_assert(sizeof(CtaWork) <= 64, "the next piece's CtaWork exceeds its place
 // The next unit part [a, b) of row tile rt takes, from request r at position pos on (requests
 // without this row tile skipped): its CtaWork in w, r and pos moved to its request; false when the
 // part passes its range first.
-__device__ __forceinline__ bool next_unit(const KParams& p, int& r, long long& pos, long long a, long long b,
-                                          bool last_part, int rt, CtaWork& w) {
-  for (; r < p.requests; ++r) {
+__device__ __forceinline__ bool next_unit(const KParams& p, int requests, int& r, long long& pos, long long a,
+                                          long long b, bool last_part, int rt, CtaWork& w) {
+  for (; r < requests; ++r) {
     const int k_len = __ldg(p.k_len + r);
     const long long nr = parts_tiles(k_len);
     if (part_passed(pos, nr, b, last_part)) return false;
@@ -855,7 +855,7 @@ __device__ __forceinline__ bool next_unit(const KParams& p, int& r, long long& p
 }
 
 template <bool kFp8>
-__device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
+__device__ __forceinline__ void seesaw_persistent_cta(const KParams& p, const PersistParams& q) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u, sl = sbase + kOffLoop;
   long long* red = reinterpret_cast<long long*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffK1);
@@ -864,7 +864,7 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
   pdl_launch_dependents();
   pdl_wait();
   {
-    const PartStart ps = part_start(p, part, parts, red);
+    const PartStart ps = part_start(p, q.requests, part, parts, red);
     if (tid == 0) {
       st_shared_u32(sl + kLoopR, uint32_t(ps.r));
       st_shared_u32(sl + kLoopPh, 0u);
@@ -885,14 +885,14 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
     const long long a = (long long)ld_shared_u64(sl + kLoopA), b = (long long)ld_shared_u64(sl + kLoopB);
     const bool last_part = part == parts - 1;
     CtaWork cw;
-    if (!next_unit(p, r, pos, a, b, last_part, rt, cw)) break;
+    if (!next_unit(p, q.requests, r, pos, a, b, last_part, rt, cw)) break;
     CtaWork* next = reinterpret_cast<CtaWork*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffNext);
     bool has_next;
     {
       int r2 = r + 1;
       long long pos2 = pos + parts_tiles(cw.k_len);
       CtaWork nw;
-      has_next = next_unit(p, r2, pos2, a, b, last_part, rt, nw);
+      has_next = next_unit(p, q.requests, r2, pos2, a, b, last_part, rt, nw);
       if (tid == 0 && has_next) *next = nw;  // read after the piece's first barrier
     }
     __syncthreads();  // every thread read the state
@@ -917,12 +917,12 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p) {
       __syncthreads();  // every row of the partial is written
       if (tid == 0) {
         __threadfence();
-        atomicExch(p.flags + slot, 1);
+        atomicExch(q.flags + slot, 1);
       }
     } else {  // the unit's first tiles: merge the later parts' partials (the state's position is past the unit)
       const int count = parts_after((long long)ld_shared_u64(sl + kLoopN), part, parts,
                                     (long long)ld_shared_u64(sl + kLoopPos));
-      merge_head(p, cw, slot + 1, count, o, ss.rr, m, lt, sbase, wg, ss.lane);
+      merge_head(p, q.flags, cw, slot + 1, count, o, ss.rr, m, lt, sbase, wg, ss.lane);
     }
     __syncthreads();  // every thread read the parities; the piece's shared memory reads are done
     if ((tid & 127) == 0) st_shared_u32(sl + kLoopPh + 4 * wg, uint32_t(ph));
@@ -940,8 +940,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_merge_kernel(const KPa
   seesaw_cta<kFp8, true, true>(p, grid_counters);
 }
 template <bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_persistent_kernel(const KParams p) {
-  seesaw_persistent_cta<kFp8>(p);
+__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_persistent_kernel(const KParams p, const PersistParams q) {
+  seesaw_persistent_cta<kFp8>(p, q);
 }
 
 }  // namespace
@@ -954,7 +954,7 @@ int seesaw_trace_take(unsigned long long* out) {
 #endif
 
 bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, int split_tiles,
-                   int* grid_counters) {
+                   int* grid_counters, const PersistParams& pp) {
   // A CTA of few tiles runs each pair body about once and waits on its instructions: one run-time
   // body (89 KB of code against 152) is faster for split CTAs of up to 16 tiles (h128 b1 s_k 16384,
   // 4 tiles: -2.1 us; h128 b16 s_k 4096, 16 tiles: -1.5 us) and 1-5 % slower for more tiles or a
@@ -971,9 +971,9 @@ bool launch_seesaw(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, 
     set_smem_limit_once(kernel, kSmemBytes, set);
     gpu::launch(kernel, grid, kThreads, kSmemBytes, stream, kp, extra...);
   };
-  if (kp.parts > 0) {  // the persistent grid (mla_fast_schedule: no more CTAs than SMs, all resident)
-    if (fp8) go(mla_seesaw_persistent_kernel<true>, smem_set[7]);
-    else go(mla_seesaw_persistent_kernel<false>, smem_set[6]);
+  if (pp.parts > 0) {  // the persistent grid (mla_fast_schedule: no more CTAs than SMs, all resident)
+    if (fp8) go(mla_seesaw_persistent_kernel<true>, smem_set[7], pp);
+    else go(mla_seesaw_persistent_kernel<false>, smem_set[6], pp);
     return false;
   }
   if (merge) {

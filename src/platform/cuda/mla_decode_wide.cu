@@ -219,7 +219,7 @@ void launch(const KParams& kp, dim3 grid, cudaStream_t stream) {
 }  // namespace
 
 bool launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, WideProducts products,
-                 int split_tiles, int* grid_counters) {
+                 int split_tiles, int* grid_counters, const PersistParams& pp) {
   switch (products) {
     case WideProducts::kMmaSync:
       if (fp8) launch<false, false, true>(kp, grid, stream);
@@ -237,7 +237,7 @@ bool launch_wide(const KParams& kp, dim3 grid, cudaStream_t stream, bool fp8, Wi
         return false;
       }
       break;
-    case WideProducts::kWgmma: return launch_seesaw(kp, grid, stream, fp8, split_tiles, grid_counters);
+    case WideProducts::kWgmma: return launch_seesaw(kp, grid, stream, fp8, split_tiles, grid_counters, pp);
     case WideProducts::kSplitS: break;
   }
   if (fp8) launch<true, true, true>(kp, grid, stream);
