@@ -60,8 +60,7 @@ constexpr int kOffA1 = kOffA0 + 256;            // f32 [64]: α1
 constexpr int kOffBar = kOffA1 + 256;           // mbarriers [2 buffers][9 chunks]
 constexpr int kOffQScale = kOffBar + 18 * 8;    // fp8, f32 [64]: 2^-k of each Q row
 constexpr int kOffLoop = kOffQScale + 64 * 4;   // persistent: the piece loop's state (PieceLoop)
-constexpr int kOffNext = kOffLoop + 64;         // persistent: the next piece's CtaWork
-constexpr int kSmemBytes = kOffNext + 64 + 1024;  // + slack to align the base to 1 KiB
+constexpr int kSmemBytes = kOffLoop + 64 + 1024;  // + slack to align the base to 1 KiB
 static_assert(kSmemBytes <= 227 * 1024, "the see-saw kernel's shared memory exceeds the H200's 227 KiB");
 
 // Named barriers (0 is __syncthreads): one warpgroup arrives, the other waits.
@@ -485,10 +484,24 @@ __device__ __forceinline__ Seesaw<kFp8> seesaw_of(const KParams& p, const CtaWor
   return ss;
 }
 
-// A unit's first two KV tiles → buffers 0 and 1, each warpgroup its halves (0: columns [0, 256),
-// 1: [256, 576)).
-template <bool kFp8>
-__device__ __forceinline__ void load_first_tiles(const Seesaw<kFp8>& ss, int t_begin, int t_end, int wg) {
+// One unit's KV tiles [cw.t_begin, cw.t_end) → this warpgroup's half of O (o, unnormalized), the
+// rows' running max m (log2 units; fp8: P's 2^15 taken out) and their whole sums lt. ph: the parity
+// this warpgroup's buffer's barriers are at (warpgroup 0 waits on buffer 0 only, 1 on buffer 1);
+// the pieces before it in the CTA completed phases on them. Returns the parity after this piece.
+// The caller initialized the barriers and, after an earlier piece, synchronized the CTA. (Issuing
+// the next piece's Q and first tiles once a piece's products end measured 0.5-1 % slower: NOTES.)
+template <bool kFp8, bool kGeneral>
+__device__ __forceinline__ int seesaw_piece(const Seesaw<kFp8>& ss, const KParams& p, const CtaWork& cw,
+                                            uint32_t sbase, int ph, float (&o)[128], float (&m)[2],
+                                            float (&lt)[2]) {
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int t_begin = cw.t_begin, t_end = cw.t_end;
+
+  // ---- prologue: the running max, Q, the first two tiles; Q's RoPE columns → registers
+  if (tid < 64) st_shared_f32(ss.sM + tid * 4, -INFINITY);
+  load_q_tile(p, cw, ss.sQ, tid);
+  cp_async_commit();
+  __syncthreads();  // barriers initialized
   if (t_begin < t_end) {
     if (wg == 0) {
       ss.template load<0, 4>(0, t_begin);
@@ -498,31 +511,6 @@ __device__ __forceinline__ void load_first_tiles(const Seesaw<kFp8>& ss, int t_b
       if (t_begin + 1 < t_end) ss.template load<4, 9>(1, t_begin + 1);
     }
   }
-}
-
-// One unit's KV tiles [cw.t_begin, cw.t_end) → this warpgroup's half of O (o, unnormalized), the
-// rows' running max m (log2 units; fp8: P's 2^15 taken out) and their whole sums lt. ph: the parity
-// this warpgroup's buffer's barriers are at (warpgroup 0 waits on buffer 0 only, 1 on buffer 1);
-// the pieces before it in the CTA completed phases on them. Returns the parity after this piece.
-// The caller initialized the barriers and, after an earlier piece, synchronized the CTA.
-// The persistent grid overlaps pieces: loaded (true) says the piece before issued this one's Q (one
-// commit group) and first two tiles already; next (or null) is the piece after it, whose Q and first
-// tiles this one issues as soon as its products are done, before its own sums are reduced and written.
-template <bool kFp8, bool kGeneral>
-__device__ __forceinline__ int seesaw_piece(const Seesaw<kFp8>& ss, const KParams& p, const CtaWork& cw,
-                                            uint32_t sbase, int ph, float (&o)[128], float (&m)[2],
-                                            float (&lt)[2], bool loaded = false, const CtaWork* next = nullptr) {
-  const int tid = threadIdx.x, wg = tid >> 7;
-  const int t_begin = cw.t_begin, t_end = cw.t_end;
-
-  // ---- prologue: the running max, Q, the first two tiles; Q's RoPE columns → registers
-  if (tid < 64) st_shared_f32(ss.sM + tid * 4, -INFINITY);
-  if (!loaded) {
-    load_q_tile(p, cw, ss.sQ, tid);
-    cp_async_commit();
-  }
-  __syncthreads();  // barriers initialized
-  if (!loaded) load_first_tiles(ss, t_begin, t_end, wg);
   cp_async_wait<0>();  // Q (the tiles' copies are in no commit group)
   fence_proxy_async();
   __syncthreads();
@@ -585,11 +573,6 @@ __device__ __forceinline__ int seesaw_piece(const Seesaw<kFp8>& ss, const KParam
   // ---- epilogue: both warpgroups' sums and the final max
   const uint32_t sL = sbase + kOffL;
   __syncthreads();  // sL is P0's place: WG1's last product may read P0 until here
-  if (next) {  // Q and both KV buffers are free: the next piece's loads go out now
-    load_q_tile(p, *next, sw.sQ, tid);
-    cp_async_commit();
-    load_first_tiles(seesaw_of<kFp8>(p, *next, sbase, tid), next->t_begin, next->t_end, wg);
-  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -823,10 +806,7 @@ __device__ __forceinline__ void merge_head(const KParams& p, int* flags, const C
 // their 255 (values kept across them spill, and the spills serialize the wgmma pipeline).
 // Byte offsets: the next request, the barrier parities of warpgroups 0 and 1, its first position,
 // the part's range [a, b) and the positions in all.
-// kLoopLoaded: the piece before issued this one's loads; kOffNext holds the next piece's CtaWork.
-enum PieceLoop : uint32_t { kLoopR = 0, kLoopPh = 4, kLoopLoaded = 12, kLoopPos = 16, kLoopA = 24, kLoopB = 32,
-                            kLoopN = 40 };
-static_assert(sizeof(CtaWork) <= 64, "the next piece's CtaWork exceeds its place");
+enum PieceLoop : uint32_t { kLoopR = 0, kLoopPh = 4, kLoopPos = 16, kLoopA = 24, kLoopB = 32, kLoopN = 40 };
 
 // The next unit part [a, b) of row tile rt takes, from request r at position pos on (requests
 // without this row tile skipped): its CtaWork in w, r and pos moved to its request; false when the
@@ -869,7 +849,6 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p, const Pe
       st_shared_u32(sl + kLoopR, uint32_t(ps.r));
       st_shared_u32(sl + kLoopPh, 0u);
       st_shared_u32(sl + kLoopPh + 4, 0u);
-      st_shared_u32(sl + kLoopLoaded, 0u);
       st_shared_u64(sl + kLoopPos, uint64_t(ps.pos));
       st_shared_u64(sl + kLoopA, uint64_t(ps.a));
       st_shared_u64(sl + kLoopB, uint64_t(ps.b));
@@ -879,22 +858,13 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p, const Pe
   init_chunk_barriers(sbase + kOffBar);
   __syncthreads();
   for (;;) {
-    // This piece's unit and the one after it (whose loads this piece issues early), from the state.
+    // This piece's unit, from the state.
     int r = int(ld_shared_u32(sl + kLoopR));
     long long pos = (long long)ld_shared_u64(sl + kLoopPos);
     const long long a = (long long)ld_shared_u64(sl + kLoopA), b = (long long)ld_shared_u64(sl + kLoopB);
     const bool last_part = part == parts - 1;
     CtaWork cw;
     if (!next_unit(p, q.requests, r, pos, a, b, last_part, rt, cw)) break;
-    CtaWork* next = reinterpret_cast<CtaWork*>(smem_raw + (sbase - smem_u32(smem_raw)) + kOffNext);
-    bool has_next;
-    {
-      int r2 = r + 1;
-      long long pos2 = pos + parts_tiles(cw.k_len);
-      CtaWork nw;
-      has_next = next_unit(p, q.requests, r2, pos2, a, b, last_part, rt, nw);
-      if (tid == 0 && has_next) *next = nw;  // read after the piece's first barrier
-    }
     __syncthreads();  // every thread read the state
     if (tid == 0) {  // the state after this piece: its request, the position after its unit
       st_shared_u32(sl + kLoopR, uint32_t(r + 1));
@@ -903,9 +873,7 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p, const Pe
     const Seesaw<kFp8> ss = seesaw_of<kFp8>(p, cw, sbase, tid);
     float o[128];
     float m[2], lt[2];
-    const bool loaded = ld_shared_u32(sl + kLoopLoaded) != 0;
-    const int ph = seesaw_piece<kFp8, true>(ss, p, cw, sbase, int(ld_shared_u32(sl + kLoopPh + 4 * wg)), o, m, lt,
-                                            loaded, has_next ? next : nullptr);
+    const int ph = seesaw_piece<kFp8, true>(ss, p, cw, sbase, int(ld_shared_u32(sl + kLoopPh + 4 * wg)), o, m, lt);
     // What the piece is (from the unit again: nothing of it stayed in registers over the pairs).
     const int slot = rt * parts + part;
     const long long tiles = parts_tiles(cw.k_len);
@@ -926,7 +894,6 @@ __device__ __forceinline__ void seesaw_persistent_cta(const KParams& p, const Pe
     }
     __syncthreads();  // every thread read the parities; the piece's shared memory reads are done
     if ((tid & 127) == 0) st_shared_u32(sl + kLoopPh + 4 * wg, uint32_t(ph));
-    if (tid == 0) st_shared_u32(sl + kLoopLoaded, has_next ? 1u : 0u);
     __syncthreads();
   }
 }
