@@ -176,6 +176,29 @@ TEST(BatchPlan, DecodeVerifyDraftIdle) {
   }
 }
 
+// kv_fill: the batch's keys over requests × longest, in eighths rounded down, 1 … 8, the plan's
+// from prefix + new tokens, and the same as the platforms compute it from a segment set's lengths.
+TEST(BatchPlan, KvFill) {
+  EXPECT_EQ(kv_fill(0, 0, 0), 8);       // no request
+  EXPECT_EQ(kv_fill(0, 3, 0), 8);       // no key
+  EXPECT_EQ(kv_fill(300, 3, 100), 8);   // all as long as the longest
+  EXPECT_EQ(kv_fill(299, 3, 100), 7);   // one key short: rounded down
+  EXPECT_EQ(kv_fill(150, 3, 100), 4);   // half
+  EXPECT_EQ(kv_fill(149, 3, 100), 3);
+  EXPECT_EQ(kv_fill(101, 64, 100), 1);  // one long among empty ones: at least 1
+  EXPECT_EQ(kv_fill(int64_t(1) << 40, 1 << 20, int64_t(1) << 20), 8);  // no overflow
+  KVPool pool(KVPoolConfig{2, 8, DType::BF16, 16, 64});
+  pool.reserve(1, 40), pool.reserve(2, 8), pool.reserve(3, 17);
+  // keys 40 + 8 + 17 = 65 of 3 × 40: 8 · 65 / 120 = 4.33
+  const BatchPlan p = plan_batch(make(ForwardMode::DECODE, {{1, 39, 1}, {2, 7, 1}, {3, 16, 1}}), pool);
+  EXPECT_EQ(p.kv_fill(), 4);
+  const AttnSegments& s = p.prefix_and_new();
+  int64_t keys = 0, longest = 0;
+  for (int64_t k : s.k_len) keys += k, longest = std::max(longest, k);
+  EXPECT_EQ(kv_fill(keys, int64_t(s.k_len.size()), longest), p.kv_fill());
+  EXPECT_EQ(plan_batch(make(ForwardMode::IDLE, {}), pool).kv_fill(), 8);
+}
+
 // A tensor-parallel follower has no page tables: it rebuilds the plan from the pages rank 0 sends
 // (only those the tokens reach), and gets rank 0's plan exactly.
 TEST(BatchPlan, OnPagesIsThePoolsPlan) {

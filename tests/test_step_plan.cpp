@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "harness.h"
@@ -136,24 +137,32 @@ INSTANTIATE_TEST_SUITE_P(Gpu, StepPlan, ::testing::Values(Platform::CUDA, Platfo
 struct GraphCase {
   std::string name;
   DType act, kv;
+  int64_t heads = 16;
+  // Copies of the six requests: with 128 heads and six copies (72 row tiles of 64) CUDA's decode
+  // takes the persistent see-saw grid at a low kv_fill and the unsplit one at a high one.
+  int copies = 1;
 };
 
 class StepGraphs : public ::testing::TestWithParam<GraphCase> {};
 
 // Decode steps of the whole model with graphs give the bits of the same steps op by op, step after
 // step: requests of many lengths, the longest crossing a key tile inside its kv bucket (the split
-// count must stay the graph's), then leaving (a new batch size and bucket: new graphs), logit rows,
-// and the device plan growing (recorded graphs no longer fit and are recorded again). Replayed steps copy the plan once, never wait, and run no
-// host code for the layers (no split schedule).
+// count must stay the graph's), then leaving (a new batch size and bucket: new graphs), the short
+// requests replaced by long ones at the same batch size and bucket (another kv_fill: with many
+// heads and requests, CUDA's persistent grid against the unsplit one, whose bits differ), logit
+// rows, and the device plan growing (recorded graphs no longer fit and are recorded again).
+// Replayed steps copy the plan once, never wait, and run no host code for the layers (no split
+// schedule).
 TEST_P(StepGraphs, DecodeGraphsGiveTheBitsOfTheOpByOpSteps) {
   const GraphCase& gc = GetParam();
   if (!platform_available(Platform::CUDA)) GTEST_SKIP() << "no CUDA device here";
-  const ModelConfig cfg = small_config();
+  ModelConfig cfg = small_config();
+  cfg.attn.num_attention_heads = gc.heads;
   std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, gc.act);
   ASSERT_TRUE(ops->can_capture());
   LoadedModel lm = random_model(cfg, *ops, 3);
   Model& model = *lm.model;
-  const KVPoolConfig pc{cfg.num_hidden_layers, cfg.attn.kv_row_dim(), gc.kv, 16, 200};
+  const KVPoolConfig pc{cfg.num_hidden_layers, cfg.attn.kv_row_dim(), gc.kv, 16, 200 * int64_t(gc.copies)};
   auto alloc = [&](DType d, Shape s) { return ops->empty(d, std::move(s)); };
   KVPool eager_pool(pc, alloc), graph_pool(pc, alloc);
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
@@ -161,21 +170,37 @@ TEST_P(StepGraphs, DecodeGraphsGiveTheBitsOfTheOpByOpSteps) {
     ops->fill_random(graph_pool.buffer(l), 40 + uint64_t(l), 1.0);
     if (gc.kv == DType::F8_E4M3FN) eager_pool.set_scale(l, 0.05), graph_pool.set_scale(l, 0.05);
   }
-  std::vector<int64_t> len = {60, 17, 127, 310, 5, 129};  // the longest crosses 5 · 64 keys after 10 steps
-  std::vector<int32_t> ids = {3, 90, 0, 41, 41, 7};
+  // Copy c of the six requests: their lengths + c, but the longest (it crosses 5 · 64 keys after 10
+  // steps) only in copy 0, 200 + c in the others.
+  const int64_t six_len[] = {60, 17, 127, 310, 5, 129};
+  const int32_t six_ids[] = {3, 90, 0, 41, 41, 7};
+  std::vector<int64_t> len;
+  std::vector<int32_t> ids;
+  std::vector<RequestId> rid;
+  for (int c = 0; c < gc.copies; ++c)
+    for (int i = 0; i < 6; ++i) {
+      len.push_back(i == 3 && c > 0 ? 200 + c : six_len[i] + c);
+      ids.push_back(six_ids[i]);
+      rid.push_back(RequestId(rid.size()));
+    }
+  RequestId next_id = RequestId(rid.size());
   ForwardOptions eager_opt, graph_opt;
   eager_opt.method = graph_opt.method = ForwardMethod::MLA;
   eager_opt.graphs = false;
   int replays = 0, captures = 0, steps = 0;
-  for (int step = 0; step < 24; ++step) {
-    if (step == 14) len.erase(len.begin() + 3), ids.erase(ids.begin() + 3);  // the longest leaves: bucket 256
+  std::set<int32_t> fills;
+  for (int step = 0; step < 30; ++step) {
+    if (step == 14) len.erase(len.begin() + 3), ids.erase(ids.begin() + 3), rid.erase(rid.begin() + 3);  // bucket 256
+    if (step == 22)  // the requests under 100 keys leave, as many of 190 … 196 come: kv_fill 4 → 7 (3 → 6)
+      for (size_t r = 0; r < len.size(); ++r)
+        if (len[r] < 100) len[r] = 190 + int64_t(r % 7), rid[r] = next_id++;
     Batch b{ForwardMode::DECODE, {}};
     for (size_t r = 0; r < len.size(); ++r) {
-      const RequestId id = RequestId(r);
-      for (KVPool* pool : {&eager_pool, &graph_pool}) pool->reserve(id, len[r] + 1);
-      b.requests.push_back({id, len[r], 1});
+      for (KVPool* pool : {&eager_pool, &graph_pool}) pool->reserve(rid[r], len[r] + 1);
+      b.requests.push_back({rid[r], len[r], 1});
     }
     const BatchPlan pe = plan_batch(b, eager_pool), pg = plan_batch(b, graph_pool);
+    fills.insert(pg.kv_fill());
     ASSERT_EQ(pe.kv_slots, pg.kv_slots);
     std::vector<int32_t> rows;  // every other step: the logit rows of the last tokens, reversed
     for (size_t r = len.size(); r-- > 0;) rows.push_back(int32_t(r));
@@ -204,9 +229,11 @@ TEST_P(StepGraphs, DecodeGraphsGiveTheBitsOfTheOpByOpSteps) {
       ++len[r];
     }
   }
-  // Each shape's first step runs op by op; shapes: 6 requests in bucket 512, then 5 in bucket 256,
-  // each with and without logit rows.
-  EXPECT_GE(captures, 4);
+  // Each shape's first step runs op by op; shapes: 6 requests in bucket 512 (kv_fill 2; 3 only in
+  // the last step), then 5 in bucket 256 at two fills, each with and without logit rows.
+  const std::set<int32_t> want_fills = gc.copies == 1 ? std::set<int32_t>{2, 3, 4, 7} : std::set<int32_t>{2, 3, 6};
+  EXPECT_EQ(fills, want_fills);
+  EXPECT_GE(captures, 6);
   EXPECT_GE(replays, steps - 2 * captures - 2);
   EXPECT_LE(model.graphs_kept(), Model::kMaxGraphs);
 }
@@ -214,7 +241,9 @@ TEST_P(StepGraphs, DecodeGraphsGiveTheBitsOfTheOpByOpSteps) {
 INSTANTIATE_TEST_SUITE_P(Cuda, StepGraphs,
                          ::testing::Values(GraphCase{"bf16_kvbf16", DType::BF16, DType::BF16},
                                            GraphCase{"bf16_kvfp8", DType::BF16, DType::F8_E4M3FN},
-                                           GraphCase{"f32_kvf32", DType::F32, DType::F32}),
+                                           GraphCase{"f32_kvf32", DType::F32, DType::F32},
+                                           GraphCase{"bf16_kvbf16_h128x6", DType::BF16, DType::BF16, 128, 6},
+                                           GraphCase{"bf16_kvfp8_h128x6", DType::BF16, DType::F8_E4M3FN, 128, 6}),
                          [](const auto& info) { return info.param.name; });
 
 // The timeline of a decode step names the model's sections in order, one attention and one MLP or

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "mla/batch.h"
 #include "platform/cuda/mla_decode.h"
 #ifdef MLA_SEESAW_TRACE
 #include "platform/cuda/mla_decode_launch.h"
@@ -306,6 +307,7 @@ MlaParams make_params(const Problem& pb, const void* q, const void* kv, const in
   p.seg.max_k_len = pb.max_k;
   p.seg.total_q = pb.T;
   p.seg.causal = pb.causal;
+  p.seg.k_fill = mla::kv_fill(pb.total_k(), B, pb.max_k);  // as a step's plan gives it
   p.num_heads = pb.H;
   p.head_dim = kD;
   p.v_dim = kDv;
@@ -322,7 +324,18 @@ MlaParams make_params(const Problem& pb, const void* q, const void* kv, const in
 
 int g_sms = 132;
 int g_failures = 0;
-std::string g_case;  // --case SUBSTR: only the benchmark cases whose name holds it
+std::string g_case;  // --case SUBSTR[|SUBSTR...]: only the benchmark cases whose name holds one of them
+
+bool case_wanted(const std::string& name) {
+  if (g_case.empty()) return true;
+  for (size_t b = 0;;) {
+    const size_t e = g_case.find('|', b);
+    const std::string part = g_case.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+    if (e == std::string::npos) return false;
+    b = e + 1;
+  }
+}
 int g_base_variant = 0;  // MLA_TEST_FORCE_WIDE=1: 64-row tiles everywhere (fallback run); MLA_TEST_VARIANT bits
 
 // ---- correctness tests ---------------------------------------------------------------------------
@@ -779,7 +792,10 @@ struct BenchCase {
   bool mma;
   int variant = 0;  // tuning bits (8: 64-row tiles forced, 16: split-S, 32: plain combine launch)
   int splits = 0;   // > 0: this KV split count, not the heuristic's
-  bool ragged = false;  // key lengths drawn uniformly from 64, 128, …, 2·s_k − 64 (mean s_k), not all s_k
+  // > 0: key lengths drawn uniformly from whole 64-key pages in s_k·(1 ± spread), mean s_k (1: 64,
+  // 128, …, 2·s_k − 64); the batch's fill (Σ k_len over B · longest) is about 1 / (1 + spread).
+  float spread = 0;
+  bool tail = false;  // one request (the middle one) at 4·s_k keys, the others at s_k
 };
 
 
@@ -889,10 +905,12 @@ void run_bench(const BenchCase& bc) {
   pb.scale = 1.f / std::sqrt(192.f);
   pb.q_len.assign(bc.B, bc.s_q);
   pb.k_len.assign(bc.B, bc.s_k);
-  if (bc.ragged) {  // whole pages (the pool below is built of 64-key pages), the same draw every run
+  if (bc.spread > 0) {  // whole pages (the pool below is built of 64-key pages), the same draw every run
     Rng lengths{77};
-    for (int& k : pb.k_len) k = 64 * (1 + int(lengths.next() % uint64_t(2 * bc.s_k / 64 - 1)));
+    const int lo = std::max(1, int(std::lround(bc.s_k * (1 - bc.spread) / 64))), hi = 2 * (bc.s_k / 64) - lo;
+    for (int& k : pb.k_len) k = 64 * (lo + int(lengths.next() % uint64_t(hi - lo + 1)));
   }
+  if (bc.tail) pb.k_len[bc.B / 2] = 4 * bc.s_k;
   pb.finish();
   const int elt = bc.fp8 ? 1 : 2;
   const size_t row_bytes = size_t(kD) * elt;
@@ -1048,8 +1066,30 @@ void run_benches() {
       {"h128 b64  sq1 sk8192 fp8", 128, 64, 1, 8192, true, false},
       {"h128 b16  sq1 sk4096 bf16", 128, 16, 1, 4096, false, false},
       // key lengths 64 … 8128 (mean 4096): where an even split of the tiles matters most
-      {"h128 b128 sq1 sk4096 bf16 ragged", 128, 128, 1, 4096, false, false, 0, 0, true},
-      {"h128 b32  sq1 sk4096 bf16 ragged", 128, 32, 1, 4096, false, false, 0, 0, true},
+      {"h128 b128 sq1 sk4096 bf16 ragged", 128, 128, 1, 4096, false, false, 0, 0, 1.f},
+      {"h128 b32  sq1 sk4096 bf16 ragged", 128, 32, 1, 4096, false, false, 0, 0, 1.f},
+      // the spread of the lengths against the grid that pays (the persistent grid's dispatch rule)
+      {"h128 b128 sq1 sk4096 bf16 spread .25", 128, 128, 1, 4096, false, false, 0, 0, .25f},
+      {"h128 b128 sq1 sk4096 bf16 spread .5", 128, 128, 1, 4096, false, false, 0, 0, .5f},
+      {"h128 b128 sq1 sk4096 bf16 tail", 128, 128, 1, 4096, false, false, 0, 0, 0, true},
+      {"h128 b64  sq1 sk4096 bf16 even", 128, 64, 1, 4096, false, false},
+      {"h128 b64  sq1 sk4096 bf16 spread .25", 128, 64, 1, 4096, false, false, 0, 0, .25f},
+      {"h128 b64  sq1 sk4096 bf16 spread .5", 128, 64, 1, 4096, false, false, 0, 0, .5f},
+      {"h128 b64  sq1 sk4096 bf16 ragged", 128, 64, 1, 4096, false, false, 0, 0, 1.f},
+      {"h128 b64  sq1 sk4096 bf16 tail", 128, 64, 1, 4096, false, false, 0, 0, 0, true},
+      {"h128 b32  sq1 sk4096 bf16 even", 128, 32, 1, 4096, false, false},
+      {"h128 b32  sq1 sk4096 bf16 spread .25", 128, 32, 1, 4096, false, false, 0, 0, .25f},
+      {"h128 b32  sq1 sk4096 bf16 spread .5", 128, 32, 1, 4096, false, false, 0, 0, .5f},
+      {"h128 b32  sq1 sk4096 bf16 tail", 128, 32, 1, 4096, false, false, 0, 0, 0, true},
+      {"h128 b256 sq1 sk2048 bf16 even", 128, 256, 1, 2048, false, false},
+      {"h128 b256 sq1 sk2048 bf16 spread .5", 128, 256, 1, 2048, false, false, 0, 0, .5f},
+      {"h128 b256 sq1 sk2048 bf16 ragged", 128, 256, 1, 2048, false, false, 0, 0, 1.f},
+      {"h128 b128 sq1 sk4096 fp8 ragged", 128, 128, 1, 4096, true, false, 0, 0, 1.f},
+      {"h128 b128 sq2 sk4096 bf16 ragged", 128, 128, 2, 4096, false, false, 0, 0, 1.f},
+      {"h128 b16  sq1 sk4096 bf16 ragged", 128, 16, 1, 4096, false, false, 0, 0, 1.f},
+      {"h128 b8   sq1 sk4096 bf16 ragged", 128, 8, 1, 4096, false, false, 0, 0, 1.f},
+      {"h128 b4   sq1 sk4096 bf16 ragged", 128, 4, 1, 4096, false, false, 0, 0, 1.f},
+      {"h128 b4   sq1 sk4096 bf16 tail", 128, 4, 1, 4096, false, false, 0, 0, 0, true},
       {"h128 b128 sq1 sk4096 bf16 mma", 128, 128, 1, 4096, false, true},
       // the combine launched plainly (tuning bit 32), not as a programmatic dependent
       {"h128 b1   sq1 sk16384 bf16 plain combine", 128, 1, 1, 16384, false, false, 32},
@@ -1089,7 +1129,7 @@ void run_benches() {
       {"h16  b1   sq1 sk1024 bf16 s=16", 16, 1, 1, 1024, false, false, 0, 16},
   };
   for (const BenchCase& bc : cases)
-    if (g_case.empty() || std::string(bc.name).find(g_case) != std::string::npos) run_bench(bc);
+    if (case_wanted(bc.name)) run_bench(bc);
 }
 
 }  // namespace

@@ -68,12 +68,19 @@ struct BatchPlan {
   AttnSegments seg_prefix_and_new;     // new tokens attend to prefix + new (causal, bottom-right)
   const AttnSegments& new_only() const { return seg_new_only; }
   const AttnSegments& prefix_and_new() const { return seg_prefix_and_new; }
-  // The longest request (prefix + new tokens) rounded up to a power of two: the one length a
-  // platform's launch choices for the step may depend on (Ops step graphs).
+  // The longest request (prefix + new tokens) rounded up to a power of two, and how full the
+  // batch's rectangle of keys is (kv_fill below): the two lengths a platform's launch choices for
+  // the step may depend on (Ops step graphs).
   int64_t kv_bucket() const;
+  int32_t kv_fill() const;
 };
 
 int64_t kv_bucket(int64_t longest);  // the power of two ≥ longest (1 for 0)
+// The keys of `requests` requests (`keys` in all, the longest `longest`) over requests × longest,
+// in eighths rounded down, at least 1: 8 when every request is as long as the longest, 4 for
+// lengths spread evenly from 0 to the longest, 1 for one long request among many short. 8 for an
+// empty batch.
+int32_t kv_fill(int64_t keys, int64_t requests, int64_t longest);
 
 // Validates the batch and its fit in the pool (every request reserved for prefix + new tokens).
 BatchPlan plan_batch(const Batch& b, const KVPool& pool);

@@ -95,7 +95,7 @@ class Model {
   // those rows only, and ModelOutput::logits has one row per entry.
   //
   // Step graphs (opt.graphs): a DECODE batch run by MLA is recorded the second time its shapes
-  // (tokens, requests, logit rows, the plan's kv_bucket) come on this pool, and replayed from then
+  // (tokens, requests, logit rows, the plan's kv_bucket and kv_fill) come on this pool, and replayed from then
   // on; the first time runs op by op. At most kMaxGraphs are kept (the least recently used go);
   // another pool, or other KV scales, drops them all.
   //
@@ -133,6 +133,7 @@ class Model {
                    const DispatchSettings& settings, const std::vector<int32_t>* logit_rows);
   struct GraphKey {
     int64_t tokens, requests, rows, kv_bucket;
+    int32_t kv_fill;
     ForwardMethod method;
     auto operator<=>(const GraphKey&) const = default;
   };

@@ -117,9 +117,10 @@ class Ops {
   // later steps of the same shapes, without the host launching each kernel. The contract that makes
   // a replay equal to running the calls again, bit for bit: every launch choice a platform makes in
   // a step depends only on the plan's shapes (its token and request counts, each request's new_len,
-  // and kv_bucket(): the longest request rounded up to a power of two), never on the lengths
-  // themselves, which the kernels read from the step's device plan; and that device plan keeps its
-  // addresses for plans of equal shapes.
+  // kv_bucket(): the longest request rounded up to a power of two, and kv_fill(): how full the
+  // batch's rectangle of keys is, in eighths), never on the lengths themselves, which the kernels
+  // read from the step's device plan; and that device plan keeps its addresses for plans of equal
+  // shapes.
   class StepGraph {
    public:
     virtual ~StepGraph() = default;

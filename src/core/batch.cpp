@@ -26,6 +26,23 @@ int64_t BatchPlan::kv_bucket() const {
   return mla::kv_bucket(longest);
 }
 
+int32_t kv_fill(int64_t keys, int64_t requests, int64_t longest) {
+  if (requests <= 0 || longest <= 0) return 8;
+  // keys ≤ requests · longest, so the quotient is 0 … 8; integer arithmetic: no rounding differs
+  // between the plan and a platform's copy of it.
+  const int64_t eighths = 8 * std::max<int64_t>(keys, 0) / (requests * longest);
+  return int32_t(std::clamp<int64_t>(eighths, 1, 8));
+}
+
+int32_t BatchPlan::kv_fill() const {
+  int64_t longest = 0, keys = 0;
+  for (const BatchRequest& r : batch.requests) {
+    longest = std::max(longest, r.prefix_len + r.new_len);
+    keys += r.prefix_len + r.new_len;
+  }
+  return mla::kv_fill(keys, int64_t(batch.requests.size()), longest);
+}
+
 std::string_view mode_name(ForwardMode m) {
   switch (m) {
     case ForwardMode::EXTEND: return "extend";

@@ -25,6 +25,9 @@ struct DeviceSegments {
   int32_t max_k_len;
   int32_t total_q;    // Σ q_len
   bool causal;
+  // mla::kv_fill of the key lengths (mla/batch.h; host-known, eighths, 8: all as long as the
+  // longest). After `causal`: the fields the kernels read keep their offsets and the struct its size.
+  int32_t k_fill = 8;
 };
 
 // Scratch a split-KV kernel may use, preallocated by the caller (sized by *_workspace_bytes).

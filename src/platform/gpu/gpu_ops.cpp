@@ -176,13 +176,16 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
     StepSegments& s = segs[i];
     s.seg = &seg, s.n = seg.q_len.size(), s.offset = total;
     s.dev = DeviceSegments{nullptr, nullptr, nullptr, nullptr, int32_t(s.n), 0, 0, 0, seg.causal};
+    int64_t keys = 0;
     for (size_t r = 0; r < s.n; ++r) {
       s.q_end = std::max(s.q_end, seg.q_start[r] + seg.q_len[r]);
       s.k_end = std::max(s.k_end, seg.k_start[r] + seg.k_len[r]);
       s.dev.max_q_len = std::max(s.dev.max_q_len, int32_t(seg.q_len[r]));
       s.dev.max_k_len = std::max(s.dev.max_k_len, int32_t(seg.k_len[r]));
       s.dev.total_q += int32_t(seg.q_len[r]);
+      keys += seg.k_len[r];
     }
+    s.dev.k_fill = kv_fill(keys, int64_t(s.n), s.dev.max_k_len);
     total += 4 * s.n;
   }
   add(plan.kv_slots);

@@ -356,6 +356,7 @@ class GpuOps : public Ops {
     expect(seg.q_start.size() == n && seg.k_start.size() == n && seg.k_len.size() == n, "attention", "segment arrays differ");
     std::vector<int32_t> all(4 * n);
     int32_t max_q = 0, max_k = 0, total_q = 0;
+    int64_t keys = 0;
     for (size_t r = 0; r < n; ++r) {
       expect(seg.q_start[r] >= 0 && seg.q_len[r] >= 0 && seg.q_start[r] + seg.q_len[r] <= nq && seg.k_start[r] >= 0 &&
                  seg.k_len[r] >= 0 && seg.k_start[r] + seg.k_len[r] <= nk,
@@ -363,10 +364,10 @@ class GpuOps : public Ops {
       all[r] = int32_t(seg.q_start[r]), all[n + r] = int32_t(seg.q_len[r]);
       all[2 * n + r] = int32_t(seg.k_start[r]), all[3 * n + r] = int32_t(seg.k_len[r]);
       max_q = std::max(max_q, int32_t(seg.q_len[r])), max_k = std::max(max_k, int32_t(seg.k_len[r]));
-      total_q += int32_t(seg.q_len[r]);
+      total_q += int32_t(seg.q_len[r]), keys += seg.k_len[r];
     }
     const int32_t* d = ints(all, 4);
-    return {d, d + n, d + 2 * n, d + 3 * n, int32_t(n), max_q, max_k, total_q, seg.causal};
+    return {d, d + n, d + 2 * n, d + 3 * n, int32_t(n), max_q, max_k, total_q, seg.causal, kv_fill(keys, int64_t(n), max_k)};
   }
   // Slots of the open step's plan were checked against its pool in begin_step.
   void check_slots(const KVPool& pool, const std::vector<int32_t>& slots, const char* op) const {
