@@ -35,7 +35,7 @@ struct StepCounters {
   int64_t d2h_copies = 0;        // device → host copies
   // Waits of the host for the device: stream synchronizations, copies to the host, copies from
   // pageable host memory (the runtime may wait for the stream before staging them), pinned-buffer
-  // waits and reallocations.
+  // waits. (A growing plan's pinned buffer is replaced without one: the old one is freed later.)
   int64_t host_syncs = 0;
   int64_t decode_schedules = 0;  // MLA decode split schedules computed (once per step and shape)
   int64_t graph_captures = 0;    // steps recorded as graphs (begin_capture … end_capture)

@@ -58,6 +58,7 @@ GpuOps::~GpuOps() {
     if (pinned_[i]) (void)cudaFreeHost(pinned_[i]);
     if (pinned_copied_[i]) (void)cudaEventDestroy(pinned_copied_[i]);
   }
+  for (int32_t* p : pinned_retired_) (void)cudaFreeHost(p);
   for (const PinnedCopy& c : copies_free_) {
     (void)cudaFreeHost(c.ptr);
     (void)cudaEventDestroy(c.done);
@@ -202,9 +203,8 @@ void GpuOps::begin_step(const BatchPlan& plan, const KVPool& pool,
   }
   if (pinned_ints_[turn] < std::max<size_t>(total, 1)) {
     const size_t cap = std::max<size_t>(total + total / 2, 1024);
-    if (pinned_[turn]) {
-      ++total_.host_syncs;  // freeing pinned memory waits for the device
-      MLA_GPU_CHECK(cudaFreeHost(pinned_[turn]));
+    if (pinned_[turn]) {  // freeing pinned memory would wait for the device: it goes with the Ops
+      pinned_retired_.push_back(pinned_[turn]);
       pinned_[turn] = nullptr, pinned_ints_[turn] = 0;
     }
     void* p = nullptr;

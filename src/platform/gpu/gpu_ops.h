@@ -476,6 +476,9 @@ class GpuOps : public Ops {
   std::vector<PinnedCopy> copies_free_;
   StepSegments step_segs_[2];
   int32_t* pinned_[2] = {nullptr, nullptr};  // cudaMallocHost, alternating between steps
+  // Outgrown pinned buffers, freed with the Ops (cudaFreeHost waits for the device; each growth is
+  // 1.5×, so together they hold less than twice the current ones).
+  std::vector<int32_t*> pinned_retired_;
   size_t pinned_ints_[2] = {0, 0};
   cudaEvent_t pinned_copied_[2] = {nullptr, nullptr};  // the copy out of pinned_[i] finished
   int pinned_turn_ = 0;
