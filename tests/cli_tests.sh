@@ -93,6 +93,9 @@ grep -c '"kind": "decode"' "$tmp/out" | grep -q '^2$' && grep -q '"kind": "prefi
 expect bench_model_sampled 0 '"kind": "sample_rows"' -- bench-model --model "$M" --batch 1,3 --context 8 --steps 2 --prefill 0 --reps 1 --temperature 0.8
 grep -q '"sampling": "platform"' "$tmp/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL bench_model_sampled_rows"; }
 expect bench_model_host_sampling_alone 2 'need --temperature' -- bench-model --model "$M" --host-sampling
+# --context-spread: each request's context drawn from context·(1 ± S), the same draw every run.
+expect bench_model_spread 0 '"context_max": 24' -- bench-model --model "$M" --batch 4 --context 16 --context-spread 0.5 --steps 2 --prefill 0 --reps 1
+expect bench_model_spread_bad 2 'context-spread must be in \[0, 1\]' -- bench-model --model "$M" --context-spread 1.5
 # --overlap: decode a step ahead (the tokens stay on the platform between steps), greedy and sampled.
 expect bench_model_overlap 0 '"overlap": true' -- bench-model --model "$M" --batch 1,3 --context 8 --steps 3 --prefill 0 --reps 1 --overlap
 expect bench_model_overlap_sampled 0 '"sampling": "platform"' -- bench-model --model "$M" --batch 3 --context 8 --steps 3 --prefill 0 --reps 1 --overlap --temperature 0.8

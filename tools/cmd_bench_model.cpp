@@ -210,6 +210,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
   struct Opts : RunOpts {
     std::string batches = "1,16,64,128";
     int64_t context = 1024, steps = 16;
+    double context_spread = 0;
     std::string prefill = "4096";
     int reps = 5;
     double temperature = 0;
@@ -223,6 +224,9 @@ void add_bench_model_command(CLI::App& app, int& rc) {
   o->add(sub);
   sub->add_option("--batch", o->batches, "decode batch sizes, comma-separated")->capture_default_str();
   sub->add_option("--context", o->context, "tokens in each request's cache before decoding")->capture_default_str();
+  sub->add_option("--context-spread", o->context_spread,
+                  "S in [0, 1]: each request's context drawn evenly from context·(1 ± S) (mean context; the same "
+                  "draw every run), as a serving batch's lengths differ")->capture_default_str();
   sub->add_option("--steps", o->steps, "timed decode steps per batch size")->capture_default_str();
   sub->add_option("--prefill", o->prefill,
                   "timed prefills, comma-separated: N (one request of N tokens) or RxN (R requests of N "
@@ -252,6 +256,19 @@ void add_bench_model_command(CLI::App& app, int& rc) {
     }
     if (o->context <= 0 || o->steps <= 0 || o->reps <= 0)
       throw UsageError("--context, --steps and --reps must be positive");
+    if (!(o->context_spread >= 0 && o->context_spread <= 1)) throw UsageError("--context-spread must be in [0, 1]");
+    // Request r's context (r < B): context + round(S · context · (2u − 1)), u uniform in [0, 1) from a
+    // fixed generator, at least 1 token.
+    auto contexts = [&o](int64_t B) {
+      std::mt19937_64 g(77);
+      std::vector<int64_t> v(static_cast<size_t>(B), o->context);
+      if (o->context_spread > 0)
+        for (int64_t& x : v) {
+          const double u = double(g() >> 11) * 0x1.0p-53;
+          x = std::max<int64_t>(1, o->context + std::llround(o->context_spread * double(o->context) * (2 * u - 1)));
+        }
+      return v;
+    };
     std::vector<std::pair<int64_t, int64_t>> prefills;  // (requests, tokens each)
     if (o->prefill != "0")
       for (size_t b = 0; b <= o->prefill.size();) {
@@ -276,7 +293,11 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       }
     int64_t pool = 64;
     for (const auto& [r, n] : prefills) pool = std::max(pool, r * (n + o->page_size) + 64);
-    for (int64_t b : batches) pool = std::max(pool, b * (o->context + o->steps + 6 + o->page_size));
+    for (int64_t b : batches) {
+      int64_t need = 0;
+      for (int64_t x : contexts(b)) need += x + o->steps + 6 + o->page_size;
+      pool = std::max(pool, need);
+    }
     Session s = open_session(*o, pool);
     Ops& ops = *s.ops;
     if (o->activity && !ops.can_record_activity())
@@ -326,7 +347,8 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       std::fprintf(stderr, "    device %.3f ms of the step's %.3f:%s\n", device_ms, wall_s * 1e3, sec.c_str());
     };
     for (int64_t B : batches) {
-      // Fill every request's cache with `context` tokens (untimed), in steps of up to 8192 tokens.
+      // Fill every request's cache with its context (untimed), in steps of up to 8192 tokens.
+      const std::vector<int64_t> ctx_of = contexts(B);
       std::vector<StepRequest> fill;
       std::vector<int32_t> last(static_cast<size_t>(B));
       int64_t tokens = 0;
@@ -337,9 +359,10 @@ void add_bench_model_command(CLI::App& app, int& rc) {
         fill.clear(), tokens = 0;
       };
       for (int64_t r = 0; r < B; ++r) {
-        if (tokens + o->context > 8192) flush();
-        fill.push_back({RequestId(r + 1), random_ids(o->context)});
-        tokens += o->context;
+        const int64_t n = ctx_of[size_t(r)];
+        if (tokens + n > 8192) flush();
+        fill.push_back({RequestId(r + 1), random_ids(n)});
+        tokens += n;
       }
       flush();
       std::vector<double> times;
@@ -418,14 +441,19 @@ void add_bench_model_command(CLI::App& app, int& rc) {
         activity = activity_summary(ops.activity_end());
       }
       for (int64_t r = 0; r < B; ++r) e.release(RequestId(r + 1));
-      const double step_s = median(times), ctx = double(o->context + o->steps / 2);
+      // Keys the timed steps read, per step: every request's context plus half the steps.
+      double keys = 0;
+      for (int64_t x : ctx_of) keys += double(x + o->steps / 2);
       const double E = double(c.n_routed_experts), K = double(c.num_experts_per_tok);
       const double touched = E > 0 ? E * (1.0 - std::pow(1.0 - K / E, double(B))) : 0;  // distinct experts per layer
       const double bytes = k.weight_bytes - double(k.moe_layers) * (E - touched) * k.expert_bytes -
-                           std::max(0.0, k.vocab_rows - double(B)) * k.embed_row_bytes + double(B) * ctx * k.kv_row_bytes;
-      const double flops = 2.0 * k.params_per_token * double(B) + double(B) * ctx * k.attn_flops_per_key;
+                           std::max(0.0, k.vocab_rows - double(B)) * k.embed_row_bytes + keys * k.kv_row_bytes;
+      const double flops = 2.0 * k.params_per_token * double(B) + keys * k.attn_flops_per_key;
       const double roof = std::max(bytes / ceil.copy_bytes_s, flops / ceil.gemm_flop_s);
-      nlohmann::json row{{"kind", "decode"}, {"batch", B}, {"context", o->context}, {"step_ms", step_s * 1e3},
+      const double step_s = median(times);
+      nlohmann::json row{{"kind", "decode"}, {"batch", B}, {"context", o->context},
+                         {"context_spread", o->context_spread},
+                         {"context_max", *std::max_element(ctx_of.begin(), ctx_of.end())}, {"step_ms", step_s * 1e3},
                          {"sampling", out["sampling"]},
                          {"tokens_per_s", double(B) / step_s}, {"bytes_GB", bytes / 1e9}, {"GFLOP", flops / 1e9},
                          {"roofline_ms", roof * 1e3}, {"x_roofline", step_s / roof},
@@ -440,9 +468,10 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       if (o->activity) row["activity"] = activity;
       out["rows"].push_back(row);
       std::fprintf(stderr,
-                   "  decode b%-4ld ctx %ld: %8.3f ms/step %9.1f tok/s   roofline %7.3f ms (%.2f GB, %.1f GFLOP)  %.2fx"
+                   "  decode b%-4ld ctx %ld%s: %8.3f ms/step %9.1f tok/s   roofline %7.3f ms (%.2f GB, %.1f GFLOP)  %.2fx"
                    "   per step: %.1f H2D, %.1f D2H, %.1f host syncs, %.2f graph replays\n",
-                   long(B), long(o->context), step_s * 1e3, double(B) / step_s, roof * 1e3, bytes / 1e9, flops / 1e9,
+                   long(B), long(o->context),
+                   o->context_spread > 0 ? fmt::format(" ± {:.0f} %", 100 * o->context_spread).c_str() : "", step_s * 1e3, double(B) / step_s, roof * 1e3, bytes / 1e9, flops / 1e9,
                    step_s / roof, double(counted.h2d_copies) / double(o->steps),
                    double(counted.d2h_copies) / double(o->steps), double(counted.host_syncs) / double(o->steps),
                    double(counted.graph_replays) / double(o->steps));
