@@ -93,6 +93,32 @@ TEST(DecodeParts, TheShapesTheKernelRuns) {
   check_schedule({16381}, 132);                // one request over every part
 }
 
+// The dispatch's rule against the rows it was measured on (bench/NOTES.md, "The persistent grid's
+// dispatch": H100, 132 SMs, 128 heads, so 2 units a request at s_q 1 and 4 at s_q 2): where one
+// grid was more than 2 % faster, the rule takes it. Left out: b32 at fill 5 (the two within 1 %)
+// and b128 s_q 2 ragged (512 units: persistent 3 % faster, past the rule's two waves).
+TEST(DecodeParts, TheDispatchTakesTheGridMeasuredFaster) {
+  struct Row {
+    const char* name;
+    int fill;
+    long long units;
+    bool persistent_faster;
+  };
+  const Row rows[] = {
+      {"b128 even", 8, 256, false},        {"b128 spread .25", 6, 256, false}, {"b128 spread .5", 5, 256, true},
+      {"b128 ragged", 4, 256, true},       {"b128 ragged", 3, 256, true},      {"b128 tail", 2, 256, true},
+      {"b64 even", 8, 128, false},         {"b64 spread .25", 6, 128, false},  {"b64 spread .5", 5, 128, true},
+      {"b64 ragged", 4, 128, true},        {"b64 tail", 2, 128, true},         {"b32 even", 8, 64, false},
+      {"b32 spread .25", 6, 64, false},    {"b32 ragged", 4, 64, true},        {"b32 ragged", 3, 64, true},
+      {"b32 tail", 2, 64, true},           {"b256 s_k 2048 even", 8, 512, false},
+      {"b256 s_k 2048 spread .5", 5, 512, false}, {"b256 s_k 2048 ragged", 4, 512, false},
+      {"b16 ragged", 4, 32, false},        {"b8 ragged", 4, 16, false},        {"b4 ragged", 4, 8, false},
+      {"b4 tail", 3, 8, false},            {"b1", 8, 2, false},
+  };
+  for (const Row& r : rows)
+    EXPECT_EQ(persistent_pays(r.fill, r.units, 132), r.persistent_faster) << r.name << ", fill " << r.fill;
+}
+
 // The head of a unit merges exactly the parts its tail reaches.
 TEST(DecodeParts, AHeadMergesThePartsItsUnitReaches) {
   // n 100 over 4 parts: [0, 25) [25, 50) [50, 75) [75, 100); a unit [10, 80) reaches parts 1–3.

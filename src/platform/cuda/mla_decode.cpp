@@ -16,6 +16,7 @@
 
 #include "mla/batch.h"
 #include "platform/cuda/mla_decode_launch.h"
+#include "platform/cuda/mla_decode_parts.h"
 #include "platform/cuda/sm90_host.h"
 
 namespace mla::cuda {
@@ -29,16 +30,6 @@ int64_t ws_split_cap(int64_t rows, int num_sms) {
   if (rows <= 0) return 1;
   return std::clamp<int64_t>((2 * int64_t(num_sms) * kRows + rows - 1) / rows, 1, kMaxSplits);
 }
-
-// The production dispatch takes the persistent see-saw grid where the batch's key lengths are
-// uneven (a kv_fill, DeviceSegments::k_fill in eighths, of at most kPersistentFillMax) and the
-// 64-row units fill between a quarter of the SMs and two waves of them. Measured on an H100
-// (bench/NOTES.md, "The persistent grid's dispatch"), h128 s_k 4096: at fill 5 and below it is
-// 4–58 % faster than the unsplit or split grid at b32–b128 (the b32 fill-5 row even), at fill 6
-// 1–9 % slower and on uniform batches 14–23 % slower; at b16 and below (≤ 32 units) 1.2–5× slower;
-// past two waves mixed (b256 s_k 2048 ragged 3.5 % slower, b128 s_q 2 ragged 3.4 % faster).
-// MlaDecodeTuning bit 128 forces it, 256 forbids it.
-constexpr int kPersistentFillMax = 5;
 
 // Split count: fewest waves × (tiles per split + fixed cost), plus the combine, over the candidates
 // the workspace allows. The combine's cost, in tiles: 1 + s/16 (its loop over the splits' partials;
@@ -117,14 +108,13 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
   if (s.splits < 1) s.splits = 1;
   // The persistent see-saw grid: parts of the row tiles' common KV sequence, as many as fit one CTA
   // an SM (every CTA resident: a part may wait for later ones), a slot and a flag for each CTA.
-  // Auto: where the lengths are uneven (kPersistentFillMax); the choice follows from the step's
-  // shapes alone (k_fill is part of a step graph's key).
+  // Auto: where the lengths are uneven (persistent_pays); the choice follows from the step's shapes
+  // alone (k_fill is part of a step graph's key).
   const bool see_saw = !s.narrow && !tuning.use_mma_sync && (tuning.variant & (2 | 4 | 16)) == 0;
   const int parts = s.row_tiles > 0 ? device_sms() / s.row_tiles : 0;
   const bool fits = see_saw && parts >= 2 && p.grid_counters && int64_t(parts) * s.row_tiles + 2 <= gpu::kGridCounterInts &&
                     p.ws.ptr && p.ws.bytes >= size_t(parts) * s.row_tiles * kPersistentSlotBytes;
-  const bool want = (tuning.variant & 128) || (tuning.force_splits <= 0 && sg.k_fill <= kPersistentFillMax &&
-                                                4 * units >= device_sms() && units <= 2 * int64_t(device_sms()));
+  const bool want = (tuning.variant & 128) || (tuning.force_splits <= 0 && persistent_pays(sg.k_fill, units, device_sms()));
   if (fits && want && (tuning.variant & 256) == 0) {
     s.parts = parts;
     s.splits = 1;

@@ -1,6 +1,6 @@
 // mla_decode_parts.h — the persistent see-saw grid's schedule (mla_decode_seesaw.cu): which KV
-// tiles of which requests each part of the grid takes. Plain C++ (relaxed constexpr on the device),
-// so its test (test_decode_parts) runs in every build.
+// tiles of which requests each part of the grid takes, and where the dispatch takes the grid. Plain
+// C++ (relaxed constexpr on the device), so its test (test_decode_parts) runs in every build.
 //
 // The KV tiles (64 keys) of the requests, request after request, form one sequence of
 // N = Σ_r ⌈k_len_r / 64⌉ positions, the same for every row tile. Part c of `parts` takes positions
@@ -11,6 +11,19 @@
 #pragma once
 
 namespace mla::cuda::mla_decode {
+
+// Where the production dispatch (mla_fast_schedule) takes the persistent grid: the batch's key
+// lengths uneven (a kv_fill, mla/batch.h, of at most kPersistentFillMax eighths) and its 64-row
+// units between a quarter of the SMs and two waves of them. Measured on an H100 (bench/NOTES.md,
+// "The persistent grid's dispatch"), h128 s_k 4096: at fill 5 and below it is 4–58 % faster than
+// the unsplit or split grid at b32–b128 (the b32 fill-5 row even), at fill 6 1–9 % slower and on
+// uniform batches 14–23 % slower; at b16 and below (≤ 32 units) 1.2–5× slower; past two waves
+// mixed (b256 s_k 2048 ragged 3.5 % slower, b128 s_q 2 ragged 3 % faster). test_decode_parts holds
+// the measured rows. (MlaDecodeTuning bit 128 forces the grid, 256 forbids it.)
+constexpr int kPersistentFillMax = 5;
+constexpr bool persistent_pays(int k_fill, long long units, int sms) {
+  return k_fill <= kPersistentFillMax && 4 * units >= sms && units <= 2 * (long long)sms;
+}
 
 // KV tiles of a request of k_len keys.
 constexpr long long parts_tiles(int k_len) { return ((k_len > 0 ? k_len : 0) + 63) / 64; }
