@@ -174,6 +174,7 @@ struct Problem {
   int kv_shift = 0;     // bytes the pool starts past its allocation (a multiple of 16): rows off lines
   std::vector<int> q_len, k_len, q_start, k_start;
   int T = 0, max_q = 0, max_k = 0;
+  int k_fill = 8;  // mla::kv_fill of the key lengths, as a step's plan gives it
   void finish() {
     const int B = int(q_len.size());
     q_start.assign(B, 0);
@@ -188,6 +189,7 @@ struct Problem {
     }
     max_q = *std::max_element(q_len.begin(), q_len.end());
     max_k = *std::max_element(k_len.begin(), k_len.end());
+    k_fill = mla::kv_fill(ks, B, max_k);
   }
   int64_t total_k() const { return std::accumulate(k_len.begin(), k_len.end(), int64_t(0)); }
 };
@@ -307,7 +309,7 @@ MlaParams make_params(const Problem& pb, const void* q, const void* kv, const in
   p.seg.max_k_len = pb.max_k;
   p.seg.total_q = pb.T;
   p.seg.causal = pb.causal;
-  p.seg.k_fill = mla::kv_fill(pb.total_k(), B, pb.max_k);  // as a step's plan gives it
+  p.seg.k_fill = pb.k_fill;
   p.num_heads = pb.H;
   p.head_dim = kD;
   p.v_dim = kDv;
