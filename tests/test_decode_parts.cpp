@@ -119,6 +119,22 @@ TEST(DecodeParts, TheDispatchTakesTheGridMeasuredFaster) {
     EXPECT_EQ(persistent_pays(r.fill, r.units, 132), r.persistent_faster) << r.name << ", fill " << r.fill;
 }
 
+// The launch class a step graph is keyed on: the fill matters only to the 64-row kernels (more than
+// 32 packed query rows in the largest request), and there exactly as the dispatch rule says.
+TEST(DecodeParts, OnlyThe64RowKernelsFollowTheFill) {
+  for (int fill = 1; fill <= 8; ++fill) {
+    EXPECT_EQ(persistent_class(16, 64, fill, 132), 0) << "16 heads, s_q 1: the narrow kernel";
+    EXPECT_EQ(persistent_class(32, 300, fill, 132), 0) << "16 heads, s_q 2: the narrow kernel";
+    EXPECT_EQ(persistent_class(128, 36, fill, 132), persistent_pays(fill, 72, 132) ? 1 : 0);
+    EXPECT_EQ(persistent_class(256, 36, fill, 132), persistent_pays(fill, 144, 132) ? 1 : 0);
+  }
+  EXPECT_EQ(persistent_class(48, 64, 2, 132), 1);   // 16 heads at s_q 3: one 64-row unit a request
+  EXPECT_EQ(persistent_class(128, 36, 2, 132), 1);  // test_step_plan's 128-head batch, short requests in it
+  EXPECT_EQ(persistent_class(128, 36, 6, 132), 0);  // … and with them replaced by long ones
+  EXPECT_EQ(persistent_class(128, 16, 2, 132), 0);  // 32 units: under a quarter of the SMs
+  EXPECT_EQ(persistent_class(129, 100, 2, 132), 0);  // three units a request: 300, past two waves
+}
+
 // The head of a unit merges exactly the parts its tail reaches.
 TEST(DecodeParts, AHeadMergesThePartsItsUnitReaches) {
   // n 100 over 4 parts: [0, 25) [25, 50) [50, 75) [75, 100); a unit [10, 80) reaches parts 1–3.

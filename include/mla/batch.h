@@ -70,7 +70,7 @@ struct BatchPlan {
   const AttnSegments& prefix_and_new() const { return seg_prefix_and_new; }
   // The longest request (prefix + new tokens) rounded up to a power of two, and how full the
   // batch's rectangle of keys is (kv_fill below): the two lengths a platform's launch choices for
-  // the step may depend on (Ops step graphs).
+  // the step may depend on (Ops step graphs: the fill through Ops::launch_class).
   int64_t kv_bucket() const;
   int32_t kv_fill() const;
 };

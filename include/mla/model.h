@@ -95,9 +95,9 @@ class Model {
   // those rows only, and ModelOutput::logits has one row per entry.
   //
   // Step graphs (opt.graphs): a DECODE batch run by MLA is recorded the second time its shapes
-  // (tokens, requests, logit rows, the plan's kv_bucket and kv_fill) come on this pool, and replayed from then
-  // on; the first time runs op by op. At most kMaxGraphs are kept (the least recently used go);
-  // another pool, or other KV scales, drops them all.
+  // (tokens, requests, logit rows, the plan's kv_bucket) and the Ops's launch_class of the plan come
+  // on this pool, and replayed from then on; the first time runs op by op. At most kMaxGraphs are
+  // kept (the least recently used go); another pool, or other KV scales, drops them all.
   //
   // device_ids: the tokens it names are read on the platform (Ops::step_rows_from), and their
   // entries of `ids` are only placeholders in the vocabulary. tp 1 only.
@@ -133,7 +133,7 @@ class Model {
                    const DispatchSettings& settings, const std::vector<int32_t>* logit_rows);
   struct GraphKey {
     int64_t tokens, requests, rows, kv_bucket;
-    int32_t kv_fill;
+    int32_t launch_class;
     ForwardMethod method;
     auto operator<=>(const GraphKey&) const = default;
   };

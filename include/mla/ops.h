@@ -117,15 +117,20 @@ class Ops {
   // later steps of the same shapes, without the host launching each kernel. The contract that makes
   // a replay equal to running the calls again, bit for bit: every launch choice a platform makes in
   // a step depends only on the plan's shapes (its token and request counts, each request's new_len,
-  // kv_bucket(): the longest request rounded up to a power of two, and kv_fill(): how full the
-  // batch's rectangle of keys is, in eighths), never on the lengths themselves, which the kernels
-  // read from the step's device plan; and that device plan keeps its addresses for plans of equal
-  // shapes.
+  // kv_bucket(): the longest request rounded up to a power of two) and on its launch_class below,
+  // never on the lengths themselves, which the kernels read from the step's device plan; and that
+  // device plan keeps its addresses for plans of equal shapes.
   class StepGraph {
    public:
     virtual ~StepGraph() = default;
   };
   virtual bool can_capture() const { return false; }
+  // What else of a step's plan this platform's launch choices follow, for attention of `heads`
+  // query heads a token (this rank's): a class the platform defines, equal for plans it launches
+  // alike. Step graphs are keyed on it with the shapes above, so they split only where a kernel
+  // differs. CUDA: whether its decode takes the persistent grid (which follows the plan's
+  // kv_fill(), how full the batch's rectangle of keys is); 0 where the choices follow nothing more.
+  virtual int32_t launch_class(const BatchPlan& plan, int64_t heads) const { return 0; }
   // Inside an open step: the op calls up to end_capture are recorded into a graph, not run. A call
   // that cannot be recorded (a host copy from pageable memory, a synchronization, a buffer that
   // would have to grow) throws Error; end_capture must follow either way. Error where

@@ -315,8 +315,8 @@ Tensor Model::run_graph(const std::vector<int32_t>& embed_rows, const BatchPlan&
     graph_logits_ = Tensor();
     graph_logits_ = ops_.empty(DType::F32, {kv_bucket(rows), V});
   }
-  const GraphKey key{T, int64_t(plan.batch.requests.size()), logit_rows ? rows : -1, plan.kv_bucket(), plan.kv_fill(),
-                     method};
+  const GraphKey key{T, int64_t(plan.batch.requests.size()), logit_rows ? rows : -1, plan.kv_bucket(),
+                     ops_.launch_class(plan, cfg_.attn.num_attention_heads / tp_size()), method};
   auto [it, fresh] = graphs_.try_emplace(key);
   it->second.last_use = ++graph_clock_;
   if (fresh) {  // the first time runs op by op (and makes any buffer the calls keep)

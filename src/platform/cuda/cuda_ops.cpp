@@ -64,6 +64,11 @@ class CudaOps final : public GpuOps {
 
   // ---- step graphs: CUDA graphs of the calls between begin_capture and end_capture ----
   bool can_capture() const override { return true; }
+  int32_t launch_class(const BatchPlan& plan, int64_t heads) const override {
+    int64_t max_q = 0;
+    for (const BatchRequest& r : plan.batch.requests) max_q = std::max(max_q, r.new_len);
+    return mla_fast_launch_class(max_q, int64_t(plan.batch.requests.size()), heads, plan.kv_fill());
+  }
   void begin_capture() override {
     if (!step_open()) fail("cuda: begin_capture outside a step");
     if (capturing()) fail("cuda: begin_capture while a graph is being recorded");

@@ -62,7 +62,7 @@ size_t mla_fast_workspace_bytes(int32_t total_q, int32_t num_heads, int32_t num_
   const int64_t cap = ws_split_cap(rows, sms);
   const size_t split = cap <= 1 ? 0 : size_t(cap) * size_t(rows) * (kDv + 1) * sizeof(float);
   // 64-row tiles (more than 32 rows): room for a persistent grid's slots, one a CTA.
-  const size_t persistent = rows > 32 ? size_t(sms) * kPersistentSlotBytes : 0;
+  const size_t persistent = rows > kNarrowRowsMax ? size_t(sms) * kPersistentSlotBytes : 0;
   return std::max(split, persistent);
 }
 
@@ -88,7 +88,7 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
   const int64_t rows_total = int64_t(sg.total_q) * H;
   const int64_t max_rows = int64_t(sg.max_q_len) * H;  // packed rows of the largest request
   // ≤ 32 rows: swap-AB kernel with an N = 8/16/32 row tile; else 64-row tiles (variants: tuning).
-  s.narrow = !tuning.use_mma_sync && (tuning.variant & 14) == 0 && max_rows <= 32;
+  s.narrow = !tuning.use_mma_sync && (tuning.variant & 14) == 0 && max_rows <= kNarrowRowsMax;
   s.tile_rows = !s.narrow ? kRows : max_rows <= 8 ? 8 : max_rows <= 16 ? 16 : 32;
   s.row_tiles = int((max_rows + s.tile_rows - 1) / s.tile_rows);
   if (s.row_tiles <= 0) return s;
@@ -109,17 +109,22 @@ MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& t
   // The persistent see-saw grid: parts of the row tiles' common KV sequence, as many as fit one CTA
   // an SM (every CTA resident: a part may wait for later ones), a slot and a flag for each CTA.
   // Auto: where the lengths are uneven (persistent_pays); the choice follows from the step's shapes
-  // alone (k_fill is part of a step graph's key).
+  // alone, and CudaOps::launch_class gives it to the step graph's key (persistent_class).
   const bool see_saw = !s.narrow && !tuning.use_mma_sync && (tuning.variant & (2 | 4 | 16)) == 0;
   const int parts = s.row_tiles > 0 ? device_sms() / s.row_tiles : 0;
   const bool fits = see_saw && parts >= 2 && p.grid_counters && int64_t(parts) * s.row_tiles + 2 <= gpu::kGridCounterInts &&
                     p.ws.ptr && p.ws.bytes >= size_t(parts) * s.row_tiles * kPersistentSlotBytes;
-  const bool want = (tuning.variant & 128) || (tuning.force_splits <= 0 && persistent_pays(sg.k_fill, units, device_sms()));
+  const bool want = (tuning.variant & 128) ||
+                    (tuning.force_splits <= 0 && persistent_class(max_rows, sg.num_requests, sg.k_fill, device_sms()) == 1);
   if (fits && want && (tuning.variant & 256) == 0) {
     s.parts = parts;
     s.splits = 1;
   }
   return s;
+}
+
+int32_t mla_fast_launch_class(int64_t max_q_len, int64_t requests, int64_t heads, int32_t k_fill) {
+  return persistent_class(max_q_len * heads, requests, k_fill, device_sms());
 }
 
 bool mla_fast_rounds_q_to_e4m3(const MlaParams& p, const MlaDecodeSchedule& s) {

@@ -52,6 +52,10 @@ struct MlaDecodeSchedule {
   int32_t parts = 0;
 };
 MlaDecodeSchedule mla_fast_schedule(const MlaParams& p, const MlaDecodeTuning& tuning = {});
+// What of a batch beyond its shapes the default schedule follows (CudaOps::launch_class): 1 where
+// it takes the persistent grid for `requests` requests of at most max_q_len query tokens, `heads`
+// heads, at kv_fill `k_fill` (mla/batch.h) on this device; else 0.
+int32_t mla_fast_launch_class(int64_t max_q_len, int64_t requests, int64_t heads, int32_t k_fill);
 
 // Whether the launch `s` rounds Q to e4m3 for Q·Kᵀ (fp8 KV in the narrow kernel at ≤ 16 rows): each
 // packed row times 2^k, k = 7 − ⌊log2 of its largest |q|⌋ (0 for a row of zeros; clamped to ±100), to

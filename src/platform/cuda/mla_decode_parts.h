@@ -25,6 +25,19 @@ constexpr bool persistent_pays(int k_fill, long long units, int sms) {
   return k_fill <= kPersistentFillMax && 4 * units >= sms && units <= 2 * (long long)sms;
 }
 
+// Packed query rows (heads × s_q) of a batch's largest request up to which the dispatch takes the
+// narrow swap-AB kernel (8/16/32-row tiles); past them, 64-row tiles (the see-saw kernels).
+constexpr long long kNarrowRowsMax = 32;
+
+// The launch class of an auto-dispatched decode (CudaOps::launch_class, a step graph's key): 1
+// where mla_fast_schedule takes the persistent grid for `requests` requests whose largest holds
+// `max_rows` packed query rows, at kv_fill `k_fill` on `sms` SMs; else 0. Only the 64-row kernels
+// follow the fill, so a narrow batch (16 heads at s_q ≤ 2) is class 0 at every fill.
+constexpr int persistent_class(long long max_rows, long long requests, int k_fill, int sms) {
+  if (max_rows <= kNarrowRowsMax) return 0;
+  return persistent_pays(k_fill, requests * ((max_rows + 63) / 64), sms) ? 1 : 0;
+}
+
 // KV tiles of a request of k_len keys.
 constexpr long long parts_tiles(int k_len) { return ((k_len > 0 ? k_len : 0) + 63) / 64; }
 
