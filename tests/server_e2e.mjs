@@ -130,7 +130,8 @@ async function idsTests() {
   for (const name of ["mla:num_requests_running", "mla:num_requests_waiting", "mla:kv_cache_usage_perc",
                       "mla:prefix_cache_queries_total", "mla:prefix_cache_hits_total", "mla:prompt_tokens_total",
                       "mla:generation_tokens_total", "mla:decode_ahead_steps_total", "mla:time_to_first_token_seconds_count",
-                      "mla:inter_token_latency_seconds_count"])
+                      "mla:inter_token_latency_seconds_count", "mla:step_graph_captures_total",
+                      "mla:step_graph_replays_total", "mla:step_graphs", "mla:host_syncs_total"])
     check(!Number.isNaN(m0.get(name)), `/metrics has ${name}`);
   check(/# TYPE mla:time_to_first_token_seconds histogram/.test(m0.text), "TTFT histogram type line");
 

@@ -592,6 +592,10 @@ TEST(ServerMetrics, PrometheusText) {
   m.generation_tokens = 55;
   m.steps_per_method = {{"MLA", 50}, {"MHA", 3}};
   m.decode_ahead_steps = 47;
+  m.step_graph_captures = 4;
+  m.step_graph_replays = 46;
+  m.step_graphs_kept = 5;
+  m.host_syncs = 53;
   m.time_to_first_token.bounds = {0.01, 0.1};
   m.time_to_first_token.counts = {2, 5};
   m.time_to_first_token.count = 6;
@@ -603,7 +607,9 @@ TEST(ServerMetrics, PrometheusText) {
         "mla:prefix_cache_queries_total 100\n", "mla:prefix_cache_hits_total 40\n", "mla:prompt_tokens_total 120\n",
         "mla:generation_tokens_total 55\n", "mla:forward_steps_total{method=\"MHA\"} 3\n",
         "mla:forward_steps_total{method=\"MLA\"} 50\n", "# TYPE mla:decode_ahead_steps_total counter\n",
-        "mla:decode_ahead_steps_total 47\n", "# TYPE mla:time_to_first_token_seconds histogram\n",
+        "mla:decode_ahead_steps_total 47\n", "# TYPE mla:step_graph_captures_total counter\n",
+        "mla:step_graph_captures_total 4\n", "mla:step_graph_replays_total 46\n",
+        "# TYPE mla:step_graphs gauge\nmla:step_graphs 5\n", "mla:host_syncs_total 53\n", "# TYPE mla:time_to_first_token_seconds histogram\n",
         "mla:time_to_first_token_seconds_bucket{le=\"0.01\"} 2\n",
         "mla:time_to_first_token_seconds_bucket{le=\"0.1\"} 5\n",
         "mla:time_to_first_token_seconds_bucket{le=\"+Inf\"} 6\n", "mla:time_to_first_token_seconds_sum 0.75\n",

@@ -112,11 +112,47 @@ TEST_F(ServiceTest, GeneratesAndReportsMetrics) {
   EXPECT_GT(m.steps_per_method["MLA"], 0);
   EXPECT_EQ(m.prefix_cache_hits, 16);  // b had a's first page
   EXPECT_GT(m.kv_cache_usage, 0);    // the cache keeps the finished requests' pages
+  EXPECT_EQ(m.step_graph_captures + m.step_graph_replays + m.step_graphs_kept, 0);  // the CPU records none
   // Bad requests are refused at submit, one line each.
   GenerateRequest bad = request(4);
   bad.prompt[3] = int32_t(lm.config.vocab_size);
   EXPECT_THROW(svc->submit(bad, {}), Error);
   EXPECT_THROW(svc->submit(request(600), {}), Error);
+  svc->shutdown(true);
+}
+
+// On CUDA the metrics count the decode step graphs: a request's decode steps record their shape
+// once and replay it from then on, and the counts are the Ops's own.
+TEST(ServiceGraphs, MetricsCountTheStepGraphs) {
+  if (!platform_available(Platform::CUDA)) GTEST_SKIP() << "no CUDA device here";
+  std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, DType::BF16);
+  LoadedModel lm = load_model(std::string(MLA_TEST_DATA) + "/v3_tiny", *ops);
+  EngineOptions eo;
+  eo.page_size = 16;
+  eo.max_tokens = 512;
+  Engine engine(*lm.model, eo);
+  auto svc = make_service(engine, SchedulerOptions{});
+  Collector a;
+  GenerateRequest r;
+  for (int32_t i = 0; i < 20; ++i) r.prompt.push_back(5 + i);
+  r.params.temperature = 0;
+  r.params.max_tokens = 24;
+  r.params.ignore_eos = true;
+  svc->submit(r, a.fn());
+  ASSERT_TRUE(a.wait_finished());
+  ASSERT_TRUE(eventually(*svc, [](const MetricsSnapshot& m) { return m.requests_running == 0; }));
+  const MetricsSnapshot m = svc->metrics();
+  const StepCounters c = ops->counters();
+  EXPECT_EQ(m.step_graph_captures, c.graph_captures);
+  EXPECT_EQ(m.step_graph_replays, c.graph_replays);
+  EXPECT_EQ(m.host_syncs, c.host_syncs);
+  EXPECT_EQ(m.step_graphs_kept, int64_t(lm.model->graphs_kept()));
+  // 23 decode steps of one request over 21 … 44 keys: two kv buckets (32, 64), each shape recorded
+  // once or twice (a growing device plan records again), the other steps replayed.
+  EXPECT_GE(m.step_graph_captures, 2);
+  EXPECT_LE(m.step_graph_captures, 4);
+  EXPECT_GE(m.step_graph_replays, 15);
+  EXPECT_GE(m.step_graphs_kept, 1);
   svc->shutdown(true);
 }
 

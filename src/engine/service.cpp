@@ -106,6 +106,12 @@ class ServiceImpl : public Service {
     m.generation_tokens = st.generation_tokens;
     m.steps_per_method = st.steps_per_method;
     m.decode_ahead_steps = st.ahead_batches;
+    const Model& model = sched_.engine().model();
+    const StepCounters c = model.ops().counters();
+    m.step_graph_captures = c.graph_captures;
+    m.step_graph_replays = c.graph_replays;
+    m.step_graphs_kept = int64_t(model.graphs_kept());
+    m.host_syncs = c.host_syncs;
     m.time_to_first_token = st.time_to_first_token;
     m.inter_token_latency = st.inter_token_latency;
     snapshot_ = std::move(m);

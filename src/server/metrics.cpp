@@ -45,6 +45,15 @@ std::string render_metrics(const engine::MetricsSnapshot& m, int64_t client_disc
   scalar(s, "mla:decode_ahead_steps_total", "counter",
          "Decode batches issued before the last one's tokens reached the host (of forward_steps_total).",
          double(m.decode_ahead_steps));
+  scalar(s, "mla:step_graph_captures_total", "counter",
+         "Decode steps recorded as graphs (each costs a step's host time again; steady serving adds none).",
+         double(m.step_graph_captures));
+  scalar(s, "mla:step_graph_replays_total", "counter", "Decode steps run by replaying a recorded graph.",
+         double(m.step_graph_replays));
+  scalar(s, "mla:step_graphs", "gauge", "Step graphs kept (and shapes seen once), at most 64.",
+         double(m.step_graphs_kept));
+  scalar(s, "mla:host_syncs_total", "counter",
+         "Waits of the host for the device: synchronizations and copies to the host.", double(m.host_syncs));
   histogram(s, "mla:time_to_first_token_seconds", "Time from arrival to the first token, in seconds.",
             m.time_to_first_token);
   histogram(s, "mla:inter_token_latency_seconds", "Time between consecutive tokens of a request, in seconds.",
