@@ -58,33 +58,38 @@ bool eventually(const Service& s, F ok) {
   return false;
 }
 
-class ServiceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ops = make_ops(Platform::CPU, DType::F32);
-    lm = load_model(std::string(MLA_TEST_DATA) + "/v3_tiny", *ops);
+// The tiny V3 model on a platform, with an engine of 16-token pages and a 512-token context.
+struct TinyEngine {
+  std::unique_ptr<Ops> ops;
+  LoadedModel lm;
+  std::unique_ptr<Engine> engine;
+  TinyEngine(Platform p, DType act) : ops(make_ops(p, act)), lm(load_model(std::string(MLA_TEST_DATA) + "/v3_tiny", *ops)) {
     EngineOptions eo;
     eo.page_size = 16;
     eo.max_tokens = 512;
     engine = std::make_unique<Engine>(*lm.model, eo);
   }
+};
+
+// A greedy request of 20 prompt tokens first, first + 1, … that ignores EOS.
+GenerateRequest request(int64_t max_tokens, int32_t first = 5) {
+  GenerateRequest r;
+  for (int32_t i = 0; i < 20; ++i) r.prompt.push_back(first + i);
+  r.params.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+class ServiceTest : public ::testing::Test, public TinyEngine {
+ protected:
+  ServiceTest() : TinyEngine(Platform::CPU, DType::F32) {}
   // One OpenMP thread on the scheduler thread: the tiny model's steps stay fast on a busy machine.
   static SchedulerOptions opts() {
     SchedulerOptions so;
     so.cpu_threads = 1;
     return so;
   }
-  GenerateRequest request(int64_t max_tokens, int32_t first = 5) {
-    GenerateRequest r;
-    for (int32_t i = 0; i < 20; ++i) r.prompt.push_back(first + i);
-    r.params.temperature = 0;
-    r.params.max_tokens = max_tokens;
-    r.params.ignore_eos = true;
-    return r;
-  }
-  std::unique_ptr<Ops> ops;
-  LoadedModel lm;
-  std::unique_ptr<Engine> engine;
 };
 
 TEST_F(ServiceTest, GeneratesAndReportsMetrics) {
@@ -125,28 +130,18 @@ TEST_F(ServiceTest, GeneratesAndReportsMetrics) {
 // once and replay it from then on, and the counts are the Ops's own.
 TEST(ServiceGraphs, MetricsCountTheStepGraphs) {
   if (!platform_available(Platform::CUDA)) GTEST_SKIP() << "no CUDA device here";
-  std::unique_ptr<Ops> ops = make_ops(Platform::CUDA, DType::BF16);
-  LoadedModel lm = load_model(std::string(MLA_TEST_DATA) + "/v3_tiny", *ops);
-  EngineOptions eo;
-  eo.page_size = 16;
-  eo.max_tokens = 512;
-  Engine engine(*lm.model, eo);
-  auto svc = make_service(engine, SchedulerOptions{});
+  TinyEngine t(Platform::CUDA, DType::BF16);
+  auto svc = make_service(*t.engine, SchedulerOptions{});
   Collector a;
-  GenerateRequest r;
-  for (int32_t i = 0; i < 20; ++i) r.prompt.push_back(5 + i);
-  r.params.temperature = 0;
-  r.params.max_tokens = 24;
-  r.params.ignore_eos = true;
-  svc->submit(r, a.fn());
+  svc->submit(request(24), a.fn());
   ASSERT_TRUE(a.wait_finished());
   ASSERT_TRUE(eventually(*svc, [](const MetricsSnapshot& m) { return m.requests_running == 0; }));
   const MetricsSnapshot m = svc->metrics();
-  const StepCounters c = ops->counters();
+  const StepCounters c = t.ops->counters();
   EXPECT_EQ(m.step_graph_captures, c.graph_captures);
   EXPECT_EQ(m.step_graph_replays, c.graph_replays);
   EXPECT_EQ(m.host_syncs, c.host_syncs);
-  EXPECT_EQ(m.step_graphs_kept, int64_t(lm.model->graphs_kept()));
+  EXPECT_EQ(m.step_graphs_kept, int64_t(t.lm.model->graphs_kept()));
   // 23 decode steps of one request over 21 … 44 keys: two kv buckets (32, 64), each shape recorded
   // once or twice (a growing device plan records again), the other steps replayed.
   EXPECT_GE(m.step_graph_captures, 2);
