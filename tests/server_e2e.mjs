@@ -366,6 +366,8 @@ async function idsTests() {
     check(j.request_throughput > 0 && j.output_throughput > 0 && j.ttft_ms.mean > 0 && j.ttft_ms.p99 >= j.ttft_ms.median &&
           j.tpot_ms.mean > 0 && j.itl_ms.median > 0, `bench-serve ${extra[0]}: latencies`, j);
     check(j.prefix_cache_hit_rate > 0.5 && j.prefix_cache_hit_rate <= 1, `bench-serve ${extra[0]}: prefix hits`, j);
+    check(j.step_graph_captures === 0 && j.step_graph_replays === 0 && j.step_graphs === 0 && j.host_syncs === 0,
+          `bench-serve ${extra[0]}: the CPU records no graphs`, j);
   }
   lap("bench-serve");
   // SIGTERM: exit 0.

@@ -262,6 +262,13 @@ void add_bench_serve_command(CLI::App& app, int& rc) {
     j["prefix_cache_queries"] = queries;
     j["prefix_cache_hits"] = hits;
     j["prefix_cache_hit_rate"] = queries > 0 ? hits / queries : 0.0;
+    // The run's step graphs and host waits (zeros on the CPU): captures during a steady load cost
+    // the steps that record them.
+    for (const char* name : {"step_graph_captures", "step_graph_replays", "host_syncs"}) {
+      const std::string m = std::string("mla:") + name + "_total";
+      j[name] = metric(after, m) - metric(before, m);
+    }
+    j["step_graphs"] = metric(after, "mla:step_graphs");
     std::printf("%s\n", j.dump(2).c_str());
     rc = done == o->num_prompts ? 0 : kExitFailure;
   });
