@@ -86,7 +86,8 @@ expect generate_json 0 '^\{"ids":\[15,99,85,274\],"methods":\["MHA_ONE_SHOT","ML
   generate --model "$M" --ids 313,482,298,474,414,405,94,97,305 --max-new-tokens 4 --json
 # The whole-model benchmark: decode rows per batch size and a prefill row, each against its roofline.
 expect bench_model 0 '"x_roofline"' -- bench-model --model "$M" --batch 1,3 --context 8 --steps 2 --prefill 16,2x8 --reps 1
-grep -c '"kind": "decode"' "$tmp/out" | grep -q '^2$' && grep -q '"kind": "prefill"' "$tmp/out" && pass=$((pass + 1)) ||
+grep -c '"kind": "decode"' "$tmp/out" | grep -q '^2$' && grep -q '"kind": "prefill"' "$tmp/out" &&
+  grep -c '"warmup_ms"' "$tmp/out" | grep -q '^2$' && pass=$((pass + 1)) ||
   { fail=$((fail + 1)); echo "FAIL bench_model_rows"; }
 # With --temperature: decode steps draw sampled tokens and Ops::sample_rows is timed alone;
 # --host-sampling without it is refused.

@@ -366,6 +366,10 @@ void add_bench_model_command(CLI::App& app, int& rc) {
       }
       flush();
       std::vector<double> times;
+      // The two untimed steps, so a row says what recording a step graph costs beside a replay:
+      // without --overlap the shape's first step (op by op) and second (where a platform records its
+      // graph); with it the step that records and the first replay (its first launch is not timed).
+      std::vector<double> warmup;
       StepCounters counted;  // over the timed steps
       auto sample_rows_of = [&](int64_t step) {
         std::vector<SampleRow> rows;
@@ -403,6 +407,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
           decode_step(step);
           const double t = seconds_since(t0);
           if (step >= 2) times.push_back(t), count(c0);
+          else warmup.push_back(t);
         }
       } else {  // a step ahead: a step's time runs from one step's tokens on the host to the next's
         const bool sampled = o->temperature > 0;
@@ -420,6 +425,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
           const double t = seconds_since(t0);
           t0 = Clock::now();
           if (step > 2) times.push_back(t), count(c0);
+          else warmup.push_back(t);
           cur = std::move(next);
         }
         const std::vector<int32_t> ids = e.finish(cur);
@@ -463,6 +469,7 @@ void add_bench_model_command(CLI::App& app, int& rc) {
                          {"host_syncs", double(counted.host_syncs) / double(o->steps)},
                          {"graph_replays", double(counted.graph_replays) / double(o->steps)},
                          {"graph_captures", counted.graph_captures},
+                         {"warmup_ms", {warmup[0] * 1e3, warmup[1] * 1e3}},
                          // the device's time in the model's sections (one step, timeline events)
                          {"device_ms", device_ms}, {"sections_ms", sections}};
       if (o->activity) row["activity"] = activity;
