@@ -41,12 +41,17 @@ bs() {
   local name=$1; shift
   timeout 100 $M bench-serve --port "$P" --vocab-size 102400 "$@" > "$R/bs_$name.json" 2> "$R/bs_$name.err"
   echo "bench-serve $name rc=$? $(python3 -c "import json; j = json.load(open('$R/bs_$name.json')); \
-print(round(j['output_throughput']), j['ttft_ms'], j['tpot_ms'], j['prefix_cache_hit_rate'])" 2>&1)"
+print(round(j['output_throughput']), j['ttft_ms'], j['tpot_ms'], j['prefix_cache_hit_rate'], \
+'graphs recorded', j['step_graph_captures'], 'replayed', j['step_graph_replays'], 'kept', j['step_graphs'])" 2>&1)"
 }
 bs c1 --num-prompts 4 --input-len 1024 --output-len 128 --max-concurrency 1 --seed 101
 bs c16 --num-prompts 32 --input-len 1024 --output-len 256 --max-concurrency 16 --seed 102
 bs c64 --num-prompts 128 --input-len 1024 --output-len 256 --max-concurrency 64 --seed 103
 bs c128 --num-prompts 256 --input-len 1024 --output-len 256 --max-concurrency 128 --seed 104
+# Uneven lengths and arrivals, as a serving load has them: batch sizes wander, and with them the
+# step-graph keys (bench/NOTES.md, "How many step graphs a serving load makes").
+bs c64_uneven --num-prompts 256 --input-len 1024 --output-len 128 --range-ratio 0.5 --max-concurrency 64 --seed 107
+bs poisson --num-prompts 300 --input-len 1024 --output-len 128 --range-ratio 0.5 --request-rate 40 --seed 108
 bs cold --num-prompts 3 --input-len 4160 --output-len 1 --max-concurrency 1 --seed 105
 bs cached --num-prompts 6 --input-len 4160 --shared-prefix-len 4096 --output-len 1 --max-concurrency 1 --seed 106
 kill -INT $srv; wait $srv; echo "serve rc=$?"
