@@ -90,7 +90,7 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> steps_per_method;  // forward method name → steps
   int64_t decode_ahead_steps = 0;  // DECODE batches issued before the last one's tokens reached the host
   // The platform's step graphs (Ops::counters, Model::graphs_kept; zeros where it records none): a
-  // capture costs a step's host time again, so steady serving should add none.
+  // capture costs a step's host time again, and a load whose batch sizes wander keeps recording.
   int64_t step_graph_captures = 0, step_graph_replays = 0, step_graphs_kept = 0;
   int64_t host_syncs = 0;  // waits of the host for the device (Ops StepCounters::host_syncs)
   // Histograms: bucket upper bounds (seconds) and cumulative counts, Prometheus style.

@@ -46,11 +46,11 @@ std::string render_metrics(const engine::MetricsSnapshot& m, int64_t client_disc
          "Decode batches issued before the last one's tokens reached the host (of forward_steps_total).",
          double(m.decode_ahead_steps));
   scalar(s, "mla:step_graph_captures_total", "counter",
-         "Decode steps recorded as graphs (each costs a step's host time again; steady serving adds none).",
+         "Decode steps recorded as graphs (each costs a step's host time again, and more).",
          double(m.step_graph_captures));
   scalar(s, "mla:step_graph_replays_total", "counter", "Decode steps run by replaying a recorded graph.",
          double(m.step_graph_replays));
-  scalar(s, "mla:step_graphs", "gauge", "Step graphs kept (and shapes seen once), at most 64.",
+  scalar(s, "mla:step_graphs", "gauge", "Step graphs kept (and shapes seen once).",
          double(m.step_graphs_kept));
   scalar(s, "mla:host_syncs_total", "counter",
          "Waits of the host for the device: synchronizations and copies to the host.", double(m.host_syncs));
